@@ -1,0 +1,34 @@
+"""`gspo`: the console script. Subcommands `report`, `calibrate` and `simulate`.
+
+Each subcommand lives in its own module, which exposes `register(subparsers)`: it adds its parser and sets
+`func`, the function that runs it with the parsed arguments and returns an exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+SUBCOMMANDS = {
+    "report": "gspo_recipes.report",
+    "calibrate": "gspo_recipes.calibrate",
+    "simulate": "gspo_recipes.simulate",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gspo", description="GSPO diagnostics: report, calibrate, simulate.")
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    for module_name in SUBCOMMANDS.values():
+        importlib.import_module(module_name).register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,143 @@
+"""The GSPO objective with no TRL in it.
+
+GSPO (Zheng et al. 2025) gives every response one importance ratio, the geometric mean of its token ratios,
+
+    s_i = exp( mean_t [ log pi_theta(y_it) - log pi_old(y_it) ] ),
+
+and applies PPO's clipped surrogate once per response: min(s_i A_i, clip(s_i, 1 - eps_low, 1 + eps_high) A_i).
+
+Everything here is written in the GSPO-token form (the paper's stop-gradient variant, and Tinker's): each token
+carries the value s_i but the gradient of its own log-probability,
+
+    s_it = sg[s_i] * pi_theta(y_it) / sg[pi_theta(y_it)],
+
+so per-token advantages A_it work too. With one advantage per response it equals GSPO in value, clip and gradient,
+which is why `GSPOTrainer` uses this one function for both.
+
+`GSPOTrainer` computes its loss with these functions; other trainers and the experiments can call them directly.
+"""
+
+from __future__ import annotations
+
+import torch
+
+# Paper defaults (Zheng et al. 2025, and Tinker's GSPO loss): the clip range is three orders of magnitude narrower
+# than GRPO's because the mean of many token log-ratios concentrates like 1/sqrt(length).
+EPS_LOW = 3e-4
+EPS_HIGH = 4e-4
+# The mean log-ratio is clamped to this before exp: s_i stays within [4.5e-5, 2.2e4], so no response yields inf or
+# NaN. Far outside any clip range, so the clamp never changes which responses are clipped.
+MAX_LOG_RATIO = 10.0
+
+
+def sequence_log_ratio(logp: torch.Tensor, logp_old: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """log s_i: the mean token log-ratio over each response's masked tokens, shape (N,).
+
+    A response with no tokens gets 0 (s_i = 1) instead of a 0/0.
+    """
+    mask = mask.to(logp.dtype)
+    return ((logp - logp_old) * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
+
+
+def response_advantage(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """One advantage per response: itself for (N,), the mean over the response's tokens for (N, T).
+
+    Used only to decide on which side a response counts as clipped in the statistics.
+    """
+    if advantages.dim() == 1:
+        return advantages
+    mask = mask.to(advantages.dtype)
+    return (advantages * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
+
+
+def gspo_token_objective(
+    logp: torch.Tensor,
+    logp_old: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    eps_low: float = EPS_LOW,
+    eps_high: float = EPS_HIGH,
+    max_log_ratio: float = MAX_LOG_RATIO,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-token clipped surrogate (to be maximised) in the GSPO-token form.
+
+    Args:
+        logp: (N, T) log-probabilities of the sampled tokens under the current policy (with gradient).
+        logp_old: (N, T) the same under the policy that sampled them (no gradient).
+        advantages: (N,) one per response, or (N, T) one per token.
+        mask: (N, T) 1 on completion tokens, 0 on padding.
+
+    Returns:
+        surrogate (N, T), log s_i (N,, detached and unclamped) and the per-token ratio value s_it (N, T, detached).
+    """
+    log_s = sequence_log_ratio(logp.detach(), logp_old, mask)
+    # Value: the (clamped) sequence ratio. Gradient: that of each token's own log-probability.
+    log_s_token = log_s.clamp(-max_log_ratio, max_log_ratio).unsqueeze(-1) + logp - logp.detach()
+    ratio = torch.exp(log_s_token)
+    adv = advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages
+    surrogate = torch.minimum(ratio * adv, torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high) * adv)
+    return surrogate, log_s, ratio.detach()
+
+
+def clipped_sides(
+    log_s: torch.Tensor, response_adv: torch.Tensor, eps_low: float, eps_high: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Which responses the clip removes from the gradient: (low, high) boolean masks of shape (N,).
+
+    High: s_i > 1 + eps_high with A > 0. Low: s_i < 1 - eps_low with A < 0 (PPO's definition, as in TRL).
+    """
+    s = torch.exp(log_s.clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO))
+    return (s < 1.0 - eps_low) & (response_adv < 0), (s > 1.0 + eps_high) & (response_adv > 0)
+
+
+def mean_over_responses(per_token: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean over each response's tokens, then over the responses that have any token (TRL's `loss_type="grpo"`).
+
+    Responses with no completion tokens contribute nothing, neither to the sum nor to the count.
+    """
+    mask = mask.to(per_token.dtype)
+    lengths = mask.sum(-1)
+    per_response = (per_token * mask).sum(-1) / lengths.clamp(min=1.0)
+    return per_response.sum() / (lengths > 0).sum().clamp(min=1).to(per_token.dtype)
+
+
+def gspo_loss(
+    logp: torch.Tensor,
+    logp_old: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    eps_low: float = EPS_LOW,
+    eps_high: float = EPS_HIGH,
+) -> tuple[torch.Tensor, dict]:
+    """The GSPO loss (to be minimised) and its statistics.
+
+    Args:
+        logp, logp_old, mask: (N, T); see `gspo_token_objective`.
+        advantages: (N,) group-normalised, one per response (GSPO), or (N, T) per token (GSPO-token).
+        eps_low, eps_high: the clip range [1 - eps_low, 1 + eps_high] for s_i.
+
+    Returns:
+        loss: a scalar, minus the mean over responses of the per-response mean surrogate.
+        stats: floats `clip_frac`, `clip_frac_low`, `clip_frac_high` (fractions of responses), `log_s_mean`,
+            `log_s_std`; and per-response tensors `log_s`, `clipped_low`, `clipped_high`, `lengths` for diagnostics.
+            Responses with no completion tokens are left out of the statistics.
+    """
+    surrogate, log_s, _ = gspo_token_objective(logp, logp_old, advantages, mask, eps_low, eps_high)
+    loss = -mean_over_responses(surrogate, mask)
+    lengths = mask.sum(-1).long()
+    low, high = clipped_sides(log_s, response_advantage(advantages.detach(), mask), eps_low, eps_high)
+    kept = lengths > 0
+    log_s_kept = log_s[kept].float()
+    count = max(int(kept.sum()), 1)
+    stats = {
+        "clip_frac_low": low[kept].sum().item() / count,
+        "clip_frac_high": high[kept].sum().item() / count,
+        "clip_frac": (low | high)[kept].sum().item() / count,
+        "log_s_mean": log_s_kept.mean().item() if log_s_kept.numel() else 0.0,
+        "log_s_std": log_s_kept.std(correction=0).item() if log_s_kept.numel() else 0.0,
+        "log_s": log_s.detach(),
+        "clipped_low": low,
+        "clipped_high": high,
+        "lengths": lengths,
+    }
+    return loss, stats
