@@ -141,3 +141,24 @@ def gspo_loss(
         "lengths": lengths,
     }
     return loss, stats
+
+
+def grpo_token_loss(
+    logp: torch.Tensor,
+    logp_old: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    eps_low: float = 0.2,
+    eps_high: float = 0.2,
+) -> tuple[torch.Tensor, dict]:
+    """GRPO's loss for contrast: a ratio and a clip per token, the same aggregation as GSPO.
+
+    Returns the loss and `clip_frac`, the fraction of completion tokens clipped.
+    """
+    ratio = torch.exp(logp - logp_old)
+    adv = advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages
+    surrogate = torch.minimum(ratio * adv, torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high) * adv)
+    clipped = ((ratio < 1.0 - eps_low) & (adv < 0)) | ((ratio > 1.0 + eps_high) & (adv > 0))
+    mask_f = mask.to(logp.dtype)
+    clip_frac = ((clipped.to(logp.dtype) * mask_f).sum() / mask_f.sum().clamp(min=1.0)).item()
+    return -mean_over_responses(surrogate, mask), {"clip_frac": clip_frac}

@@ -1,0 +1,225 @@
+"""The cold-start model of the embedded default recipe: a tiny LM fine-tuned to answer grade-school word problems.
+
+The GSPO paper starts RL from a cold-start fine-tuned model, one that already solves some problems. This module
+makes such a model offline and in minutes on a CPU: the character-level tokenizer and Qwen2-style decoder of
+`gspo_recipes.tiny` (about a million parameters), trained with a plain PyTorch loop on problems from
+`gspo_recipes.data.synthetic_gsm` to write `<calculation lines>\\n#### N` and then EOS after `question +
+PROMPT_SUFFIX`. The loss covers the completion only. Training is short on purpose: the model learns the format and
+most of the arithmetic, but sampled at temperature 1.0 it gets only part of the answers right, so RL has room to
+improve.
+
+`load_or_build_coldstart_model()` trains it on first use (a few minutes on 2 CPU cores, with progress printed) and
+caches it under `$GSPO_RECIPES_CACHE` (default `~/.cache/gspo_recipes`) in a folder named after `COLDSTART_VERSION`;
+later calls load it in well under a second. `scripts/build_coldstart_model.py` rebuilds it from scratch.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
+
+from .data.synthetic_gsm import format_prompt, is_correct, make_gsm_problems
+from .tiny import build_model, build_tokenizer
+
+# Bump whenever the data, the model shape or the training changes: the cache folder is named after it, so an
+# incompatible change rebuilds the model instead of loading a stale one.
+COLDSTART_VERSION = "v1"
+
+EVAL_SEED = 1_000_003  # held-out problems for accuracy checks; training draws from `ColdStartConfig.seed`
+
+
+@dataclass(frozen=True)
+class ColdStartConfig:
+    """What the cold-start model is and how it is trained. The defaults make the cached model."""
+
+    hidden_size: int = 128
+    num_layers: int = 4
+    num_heads: int = 4
+    intermediate_size: int = 512
+    max_position_embeddings: int = 256  # prompt (<= ~110 characters) + completion (<= ~30) fit easily
+    steps: int = 2000
+    batch_size: int = 32
+    learning_rate: float = 3e-3
+    warmup_steps: int = 100
+    weight_decay: float = 0.01
+    seed: int = 0
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("GSPO_RECIPES_CACHE") or Path.home() / ".cache" / "gspo_recipes")
+
+
+def coldstart_dir(cache_dir: str | os.PathLike | None = None) -> Path:
+    """Where the cached model and tokenizer live (the folder name carries the version)."""
+    return Path(cache_dir or default_cache_dir()) / f"coldstart-{COLDSTART_VERSION}"
+
+
+def encode_for_training(problems: list[dict], tokenizer) -> dict[str, torch.Tensor]:
+    """Right-padded `prompt + answer + EOS` ids, with labels on the answer and EOS only (-100 elsewhere)."""
+    prompts = tokenizer([format_prompt(p["question"]) for p in problems], add_special_tokens=False)["input_ids"]
+    answers = tokenizer([p["answer"] for p in problems], add_special_tokens=False)["input_ids"]
+    sequences = [p + a + [tokenizer.eos_token_id] for p, a in zip(prompts, answers)]
+    length = max(len(s) for s in sequences)
+    input_ids = torch.full((len(sequences), length), tokenizer.pad_token_id)
+    attention_mask = torch.zeros((len(sequences), length), dtype=torch.long)
+    labels = torch.full((len(sequences), length), -100)
+    for row, (prompt, sequence) in enumerate(zip(prompts, sequences)):
+        input_ids[row, : len(sequence)] = torch.tensor(sequence)
+        attention_mask[row, : len(sequence)] = 1
+        labels[row, len(prompt) : len(sequence)] = input_ids[row, len(prompt) : len(sequence)]
+    return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+
+
+def _learning_rate(step: int, config: ColdStartConfig) -> float:
+    """Linear warm-up, then cosine decay to a tenth of the peak."""
+    if step < config.warmup_steps:
+        return config.learning_rate * (step + 1) / config.warmup_steps
+    progress = (step - config.warmup_steps) / max(1, config.steps - config.warmup_steps)
+    return config.learning_rate * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def train_coldstart(
+    config: ColdStartConfig = ColdStartConfig(), progress: bool = True
+) -> tuple[Qwen2ForCausalLM, PreTrainedTokenizerFast, list[float]]:
+    """Train a fresh model on `config.steps` batches of new problems; returns (model, tokenizer, per-step losses)."""
+    tokenizer = build_tokenizer(model_max_length=config.max_position_embeddings)
+    model = build_model(
+        tokenizer,
+        hidden_size=config.hidden_size,
+        num_layers=config.num_layers,
+        num_heads=config.num_heads,
+        intermediate_size=config.intermediate_size,
+        max_position_embeddings=config.max_position_embeddings,
+        seed=config.seed,
+    )
+    # Every step sees fresh problems: the stream never repeats, so there is no overfitting to watch for.
+    problems = make_gsm_problems(config.steps * config.batch_size, seed=config.seed)
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=config.learning_rate, betas=(0.9, 0.95), weight_decay=config.weight_decay
+    )
+    model.train()
+    losses: list[float] = []
+    start = time.perf_counter()
+    report_every = max(1, config.steps // 20)
+    for step in range(config.steps):
+        batch = encode_for_training(problems[step * config.batch_size : (step + 1) * config.batch_size], tokenizer)
+        for group in optimizer.param_groups:
+            group["lr"] = _learning_rate(step, config)
+        loss = model(**batch).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+        if progress and ((step + 1) % report_every == 0 or step + 1 == config.steps):
+            recent = losses[-report_every:]
+            elapsed = time.perf_counter() - start
+            print(
+                f"[coldstart] step {step + 1}/{config.steps}  loss {sum(recent) / len(recent):.4f}  "
+                f"{elapsed:.0f}s elapsed, ~{elapsed / (step + 1) * (config.steps - step - 1):.0f}s left",
+                flush=True,
+            )
+    model.eval()
+    return model, tokenizer, losses
+
+
+@torch.no_grad()
+def sampled_accuracy(
+    model,
+    tokenizer,
+    problems: list[dict] | None = None,
+    temperature: float = 1.0,
+    max_new_tokens: int = 32,
+    batch_size: int = 128,
+    seed: int = 0,
+) -> float:
+    """Fraction of held-out problems whose sampled completion ends in the right `#### N` (one sample each).
+
+    `temperature=0` decodes greedily; otherwise it samples as GRPO does (no top-k, no top-p).
+    """
+    problems = problems if problems is not None else make_gsm_problems(512, seed=EVAL_SEED)
+    torch.manual_seed(seed)
+    model.eval()
+    sampling = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0} if temperature else {}
+    correct = 0
+    for start in range(0, len(problems), batch_size):
+        chunk = problems[start : start + batch_size]
+        inputs = tokenizer([format_prompt(p["question"]) for p in chunk], return_tensors="pt", padding=True)
+        output = model.generate(
+            **inputs, max_new_tokens=max_new_tokens, do_sample=bool(temperature), **sampling,
+            pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+        )  # fmt: skip
+        completions = tokenizer.batch_decode(output[:, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
+        correct += sum(is_correct(c, p["answer"]) for c, p in zip(completions, chunk))
+    return correct / len(problems)
+
+
+def save_atomically(model, tokenizer, target: Path, extra: dict | None = None) -> None:
+    """Write model and tokenizer to a temporary sibling folder, then rename it: a crash never leaves half a cache.
+
+    When another process got there first (two ranks building at once), its copy is kept and ours is dropped.
+    """
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        if extra:
+            import json
+
+            (staging / "coldstart.json").write_text(json.dumps(extra, indent=2) + "\n")
+        try:
+            os.rename(staging, target)
+        except OSError:
+            if not (target / "config.json").exists():
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def load_coldstart_model(path: str | os.PathLike) -> tuple[Qwen2ForCausalLM, PreTrainedTokenizerFast]:
+    model = Qwen2ForCausalLM.from_pretrained(path)
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(path)
+    model.eval()
+    return model, tokenizer
+
+
+def build_coldstart_model(
+    out_dir: str | os.PathLike, config: ColdStartConfig = ColdStartConfig(), progress: bool = True
+) -> tuple[Qwen2ForCausalLM, PreTrainedTokenizerFast]:
+    """Train the cold-start model from scratch and save it (atomically) to `out_dir`."""
+    start = time.perf_counter()
+    if progress:
+        print(f"[coldstart] training the cold-start model ({config.steps} steps); this runs once", flush=True)
+    model, tokenizer, losses = train_coldstart(config, progress=progress)
+    info = {
+        "version": COLDSTART_VERSION,
+        "config": asdict(config),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "final_loss": sum(losses[-50:]) / len(losses[-50:]),
+        "train_seconds": round(time.perf_counter() - start, 1),
+    }
+    save_atomically(model, tokenizer, Path(out_dir), extra=info)
+    if progress:
+        print(f"[coldstart] saved to {out_dir} after {info['train_seconds']}s", flush=True)
+    return model, tokenizer
+
+
+def load_or_build_coldstart_model(
+    cache_dir: str | os.PathLike | None = None, rebuild: bool = False, progress: bool = True
+) -> tuple[Qwen2ForCausalLM, PreTrainedTokenizerFast]:
+    """The cached cold-start (model, tokenizer), trained and cached first if missing (or if `rebuild`)."""
+    path = coldstart_dir(cache_dir)
+    if rebuild and path.exists():
+        shutil.rmtree(path)
+    if not (path / "config.json").exists():
+        build_coldstart_model(path, progress=progress)
+    return load_coldstart_model(path)

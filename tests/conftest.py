@@ -1,0 +1,56 @@
+"""Shared fixtures: a tiny offline model, a generated dataset and a reward, for real GRPO/GSPO steps on CPU."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("WANDB_DISABLED", "true")
+
+
+def digit_count_reward(completions, **kwargs):
+    """A reward with variance on a random model: the share of digits in the completion."""
+    return [sum(ch.isdigit() for ch in c) / max(1, len(c)) for c in completions]
+
+
+def length_reward(completions, **kwargs):
+    return [len(c) / 16.0 for c in completions]
+
+
+@pytest.fixture
+def tiny():
+    from gspo_recipes.tiny import build_tiny_model_and_tokenizer
+
+    return build_tiny_model_and_tokenizer()
+
+
+@pytest.fixture
+def prompt_dataset():
+    from datasets import Dataset
+
+    return Dataset.from_list([{"prompt": f"{a}+{b}="} for a in range(4) for b in range(4)])
+
+
+def tiny_config(output_dir, **overrides):
+    """A GSPOConfig for a CPU run of a few seconds."""
+    from gspo_recipes import GSPOConfig
+
+    settings = dict(
+        output_dir=str(output_dir),
+        per_device_train_batch_size=8,
+        num_generations=4,
+        max_completion_length=8,
+        max_steps=4,
+        learning_rate=1e-3,
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+        use_cpu=True,
+        seed=0,
+        temperature=1.0,
+    )
+    settings.update(overrides)
+    return GSPOConfig(**settings)
