@@ -35,6 +35,14 @@ TOKEN_SUM_LOSS_TYPES = ("bnpo", "dr_grpo", "dapo", "cispo")
 TOKEN_SIZED_EPSILON = 0.05
 
 
+def _bf16_available(use_cpu: bool) -> bool:
+    import torch
+
+    if use_cpu or not torch.cuda.is_available():
+        return False
+    return torch.cuda.is_bf16_supported()
+
+
 @dataclass
 class GSPOConfig(GRPOConfig):
     """`trl.GRPOConfig` with GSPO's defaults; every other parameter is GRPOConfig's (see the module docstring)."""
@@ -92,6 +100,9 @@ class GSPOConfig(GRPOConfig):
             raise ValueError(f"num_minibatches must be at least 1, got {self.num_minibatches}.")
         if self.steps_per_generation is None and self.generation_batch_size is None:
             self.steps_per_generation = self.num_minibatches * self.gradient_accumulation_steps
+        if self.bf16 is None and not self.fp16 and not _bf16_available(self.use_cpu):
+            # TRL defaults to bf16, which stops a CPU-only machine at config time; there, train in float32.
+            self.bf16 = False
         super().__post_init__()
         self._check_clip_range()
         self._check_loss_type()
