@@ -4,12 +4,22 @@ Each drops into any TRL `GRPOTrainer` with `importance_sampling_level="sequence"
 `trainer.add_callback(ClipFractionByLengthCallback(trainer))`. `GSPOTrainer` registers `default_callbacks` itself.
 """
 
+from .clip_fraction import ClipFractionByLengthCallback, HealthWarnings
+from .log_ratio_histogram import DIAGNOSTICS_FILE, LogRatioHistogramCallback
 from .response_stats import ResponseStats, attach_response_stats
 
 
 def default_callbacks(trainer) -> list:
     """The callbacks `GSPOTrainer` registers when `gspo_diagnostics` is on."""
-    return []
+    return [ClipFractionByLengthCallback(trainer), LogRatioHistogramCallback(trainer)]
 
 
-__all__ = ["ResponseStats", "attach_response_stats", "default_callbacks"]
+__all__ = [
+    "ClipFractionByLengthCallback",
+    "LogRatioHistogramCallback",
+    "HealthWarnings",
+    "ResponseStats",
+    "attach_response_stats",
+    "default_callbacks",
+    "DIAGNOSTICS_FILE",
+]

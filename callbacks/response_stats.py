@@ -124,3 +124,51 @@ def attach_response_stats(trainer) -> ResponseStats:
     trainer._get_per_token_logps_and_entropies = get_logps_and_keep
     trainer._compute_loss = compute_loss_and_record
     return stats
+
+
+# ---------------------------------------------------------------------------------------------- shared by callbacks
+
+
+def length_buckets(max_length: int, upper_bounds: list[int] | None = None) -> list[tuple[int, int]]:
+    """Inclusive (lo, hi) response-length buckets.
+
+    By default the upper bounds are powers of two from 8 up to `max_length` (the last bucket ends at `max_length`):
+    with max_length 256 that is 1-8, 9-16, 17-32, 33-64, 65-128, 129-256.
+    """
+    if upper_bounds is None:
+        upper_bounds, bound = [], 8
+        while bound < max_length:
+            upper_bounds.append(bound)
+            bound *= 2
+        upper_bounds.append(max_length)
+    bounds = sorted(set(int(b) for b in upper_bounds))
+    if bounds[0] < 1:
+        raise ValueError(f"length bucket bounds must be positive token counts, got {upper_bounds}")
+    return [(lo, hi) for lo, hi in zip([1] + [b + 1 for b in bounds[:-1]], bounds)]
+
+
+def bucket_label(lo: int, hi: int) -> str:
+    return f"len_{lo}-{hi}"
+
+
+def is_on_policy_setup(trainer) -> bool:
+    """One optimizer step per generation batch: every response is on-policy."""
+    args = trainer.args
+    return args.steps_per_generation * getattr(trainer, "num_iterations", 1) <= args.gradient_accumulation_steps
+
+
+def off_policy(window: dict[str, torch.Tensor], trainer) -> torch.Tensor:
+    """Mask of the responses from minibatches 2.., whose log s_i is not 0 by construction.
+
+    In a fully on-policy setup, where there are no such responses, all of them are kept instead.
+    """
+    if is_on_policy_setup(trainer):
+        return torch.ones_like(window["minibatch"], dtype=torch.bool)
+    return window["minibatch"] > 1
+
+
+def add_to_trainer_logs(trainer, metrics: dict[str, float]) -> None:
+    """Hand metrics to TRL's metric store; `GRPOTrainer.log` sends them to every tracker and the log history."""
+    store = trainer._metrics["train"]
+    for name, value in metrics.items():
+        store[name] = [float(value)]

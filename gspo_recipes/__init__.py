@@ -1,11 +1,18 @@
 """gspo-recipes: GSPO (Group Sequence Policy Optimization) for Hugging Face TRL.
 
 The names most users need: `GSPOConfig`, `GSPOTrainer`, and the TRL-free reference loss `gspo_loss`.
+They load on first use, so that `gspo simulate` and `gspo report` start without importing TRL.
 """
 
-from .config import GSPOConfig
-from .loss import gspo_loss
-from .trainer import GSPOTrainer
+import importlib
 
-__all__ = ["GSPOConfig", "GSPOTrainer", "gspo_loss"]
 __version__ = "0.1.0"
+__all__ = ["GSPOConfig", "GSPOTrainer", "gspo_loss"]
+
+_HOMES = {"GSPOConfig": ".config", "GSPOTrainer": ".trainer", "gspo_loss": ".loss"}
+
+
+def __getattr__(name):
+    if name in _HOMES:
+        return getattr(importlib.import_module(_HOMES[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

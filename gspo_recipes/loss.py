@@ -151,14 +151,15 @@ def grpo_token_loss(
     eps_low: float = 0.2,
     eps_high: float = 0.2,
 ) -> tuple[torch.Tensor, dict]:
-    """GRPO's loss for contrast: a ratio and a clip per token, the same aggregation as GSPO.
+    """GRPO's loss for contrast: a ratio and a clip per token, reduced like `gspo_loss`.
 
-    Returns the loss and `clip_frac`, the fraction of completion tokens clipped.
+    Returns the loss and `clip_frac`, the fraction of completion tokens clipped, and the token `log_ratio`.
     """
-    ratio = torch.exp(logp - logp_old)
+    log_w = (logp - logp_old).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)  # no inf from one wild token
+    ratio = torch.exp(log_w)
     adv = advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages
     surrogate = torch.minimum(ratio * adv, torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high) * adv)
-    clipped = ((ratio < 1.0 - eps_low) & (adv < 0)) | ((ratio > 1.0 + eps_high) & (adv > 0))
-    mask_f = mask.to(logp.dtype)
-    clip_frac = ((clipped.to(logp.dtype) * mask_f).sum() / mask_f.sum().clamp(min=1.0)).item()
-    return -mean_over_responses(surrogate, mask), {"clip_frac": clip_frac}
+    ratio = ratio.detach()
+    clipped = (((ratio > 1.0 + eps_high) & (adv > 0)) | ((ratio < 1.0 - eps_low) & (adv < 0))) & mask.bool()
+    stats = {"clip_frac": clipped.sum().item() / max(mask.sum().item(), 1.0), "log_ratio": log_w.detach()}
+    return -mean_over_responses(surrogate, mask), stats

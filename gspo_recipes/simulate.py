@@ -160,8 +160,9 @@ def run(args: argparse.Namespace) -> int:
         except ImportError:
             print("--plot needs matplotlib: pip install 'gspo-recipes[report]'", file=sys.stderr)
             return 1
-    rows = simulate(args.sigma, args.lengths, args.count, tuple(args.token_range), tuple(args.sequence_range), args.seed)
-    print(format_table(rows, args.sigma, args.count, args.token_range, args.sequence_range))
+    token_range, sequence_range = tuple(args.token_range), tuple(args.sequence_range)
+    rows = simulate(args.sigma, args.lengths, args.count, token_range, sequence_range, args.seed)
+    print(format_table(rows, args.sigma, args.count, token_range, sequence_range))
     if args.plot:
         plot(rows, args.sigma, args.sequence_range, args.plot)
         print(f"figure written to {args.plot}")

@@ -1,0 +1,190 @@
+"""LogRatioHistogramCallback: the distribution of log s_i, to trackers and to `<output_dir>/gspo_diagnostics.jsonl`.
+
+Drop-in for any TRL `GRPOTrainer` with `importance_sampling_level="sequence"`:
+
+    trainer.add_callback(LogRatioHistogramCallback(trainer))
+
+At every logging step, over the off-policy responses seen since the previous one (minibatches 2..k; on minibatch 1
+log s_i is 0 by construction) and gathered from all processes, it logs `gspo/log_s/{mean,std,min,max,p05,p50,p95}`
+and `gspo/log_s_std/len_{lo}-{hi}`; sends a histogram to TensorBoard, Weights & Biases and trackio when they are in
+`report_to`; and appends one JSON line to `gspo_diagnostics.jsonl` (read by `gspo report` and `gspo calibrate`).
+On resume the file keeps the lines up to the checkpoint's step and continues from there.
+Copy this file together with response_stats.py.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+
+import torch
+from transformers import TrainerCallback
+
+from .response_stats import (
+    add_to_trainer_logs,
+    attach_response_stats,
+    bucket_label,
+    off_policy,
+)
+from .response_stats import length_buckets as make_length_buckets
+
+logger = logging.getLogger(__name__)
+
+DIAGNOSTICS_FILE = "gspo_diagnostics.jsonl"
+
+
+class LogRatioHistogramCallback(TrainerCallback):
+    """Statistics and histogram of log s_i, and the diagnostics file.
+
+    Args:
+        trainer: the `GRPOTrainer` (or `GSPOTrainer`) to watch.
+        bins: number of histogram bins (spanning the window's range of log s_i).
+        length_buckets: upper bounds of the length buckets in tokens (default: powers of two up to
+            `max_completion_length`).
+    """
+
+    def __init__(self, trainer, bins: int = 41, length_buckets: list[int] | None = None):
+        self.trainer = trainer
+        self.stats = attach_response_stats(trainer)
+        self.bins = bins
+        self.buckets = make_length_buckets(trainer.args.max_completion_length, length_buckets)
+        self.path = os.path.join(trainer.args.output_dir, DIAGNOSTICS_FILE)
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            os.makedirs(args.output_dir, exist_ok=True)
+            keep_lines_up_to(self.path, state.global_step)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if not control.should_log:
+            return
+        window = self.stats.window(state.global_step, self.trainer.accelerator)
+        if window["log_s"].numel() == 0:
+            return
+        selected = off_policy(window, self.trainer)
+        log_s = window["log_s"][selected]
+        counts, edges = [], []
+        if log_s.numel():  # a window of on-policy minibatches only has no distribution to show
+            add_to_trainer_logs(self.trainer, log_s_summary(log_s, window, selected, self.buckets))
+            counts, edges = histogram(log_s, self.bins)
+            if state.is_world_process_zero:
+                send_histogram_to_trackers(self.trainer, args, state.global_step, log_s, counts, edges)
+        if not state.is_world_process_zero:
+            return
+        line = diagnostics_line(state.global_step, window, selected, counts, edges, self.buckets, self.trainer)
+        with open(self.path, "a") as f:
+            f.write(json.dumps(line) + "\n")
+
+
+def log_s_summary(log_s, window, selected, buckets) -> dict[str, float]:
+    quantiles = torch.quantile(log_s.double(), torch.tensor([0.05, 0.5, 0.95], dtype=torch.float64))
+    metrics = {
+        "gspo/log_s/mean": log_s.mean().item(),
+        "gspo/log_s/std": log_s.std(correction=0).item(),
+        "gspo/log_s/min": log_s.min().item(),
+        "gspo/log_s/max": log_s.max().item(),
+        "gspo/log_s/p05": quantiles[0].item(),
+        "gspo/log_s/p50": quantiles[1].item(),
+        "gspo/log_s/p95": quantiles[2].item(),
+    }
+    for lo, hi in buckets:
+        in_bucket = selected & (window["length"] >= lo) & (window["length"] <= hi)
+        if in_bucket.any():
+            metrics[f"gspo/log_s_std/{bucket_label(lo, hi)}"] = window["log_s"][in_bucket].std(correction=0).item()
+    return metrics
+
+
+def histogram(values: torch.Tensor, bins: int) -> tuple[list[int], list[float]]:
+    """Counts and bin edges over the values' range (a tiny symmetric range when they are all equal)."""
+    lo, hi = values.min().item(), values.max().item()
+    if hi - lo < 1e-12:
+        lo, hi = lo - 1e-6, hi + 1e-6
+    counts = torch.histc(values.double(), bins=bins, min=lo, max=hi)
+    edges = torch.linspace(lo, hi, bins + 1, dtype=torch.float64)
+    return [int(c) for c in counts.tolist()], edges.tolist()
+
+
+def diagnostics_line(step, window, selected, counts, edges, buckets, trainer) -> dict:
+    """One JSON line: the histogram, per-bucket and per-minibatch clip counts, and the off-policy log s_i."""
+    per_bucket = []
+    for lo, hi in buckets:
+        in_bucket = (window["length"] >= lo) & (window["length"] <= hi)
+        spread = window["log_s"][in_bucket & selected]
+        per_bucket.append({
+            "lo": lo,
+            "hi": hi,
+            "responses": int(in_bucket.sum()),
+            "clipped_low": int(window["clipped_low"][in_bucket].sum()),
+            "clipped_high": int(window["clipped_high"][in_bucket].sum()),
+            "log_s_std": spread.std(correction=0).item() if spread.numel() else None,
+        })
+    per_minibatch = {}
+    for k in sorted(set(window["minibatch"].long().tolist())):
+        of_k = window["minibatch"] == k
+        per_minibatch[str(k)] = {
+            "responses": int(of_k.sum()),
+            "clipped_low": int(window["clipped_low"][of_k].sum()),
+            "clipped_high": int(window["clipped_high"][of_k].sum()),
+        }
+    later = window["minibatch"] > 1
+    return {
+        "step": step,
+        "epsilon_low": trainer.epsilon_low,
+        "epsilon_high": trainer.epsilon_high,
+        "responses": int(window["log_s"].numel()),
+        "bin_edges": edges,
+        "counts": counts,
+        "buckets": per_bucket,
+        "minibatches": per_minibatch,
+        # Raw off-policy values (4 significant digits) so that `gspo calibrate` can take exact quantiles.
+        "off_policy": {
+            "log_s": [float(f"{v:.4g}") for v in window["log_s"][later].tolist()],
+            "advantage_sign": [int(v) for v in torch.sign(window["advantage"][later]).tolist()],
+            "length": [int(v) for v in window["length"][later].tolist()],
+        },
+    }
+
+
+def keep_lines_up_to(path: str, step: int) -> None:
+    """Start a fresh file, or on resume keep the lines up to the checkpoint's step (later ones will be redone)."""
+    if step == 0 or not os.path.exists(path):
+        open(path, "w").close()
+        return
+    with open(path) as f:
+        kept = [line for line in f if line.strip() and json.loads(line)["step"] <= step]
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.writelines(kept)
+    os.replace(tmp, path)
+
+
+def send_histogram_to_trackers(trainer, args, step, values, counts, edges) -> None:
+    report_to = args.report_to or []
+    if "tensorboard" in report_to:
+        writer = _tensorboard_writer(trainer)
+        if writer is not None:
+            writer.add_histogram("gspo/log_s", values.numpy(), step)
+            writer.flush()
+    if "wandb" in report_to:
+        import wandb
+
+        if wandb.run is not None:
+            # commit=False: attach to the row the WandbCallback logs for this step
+            wandb.log({"gspo/log_s_histogram": wandb.Histogram(np_histogram=(counts, edges))}, commit=False)
+    if "trackio" in report_to:
+        try:
+            import trackio
+
+            trackio.log({"gspo/log_s_histogram": trackio.Histogram(values.tolist())}, step=step)
+        except (ImportError, AttributeError) as error:  # older trackio has no Histogram
+            logger.warning("trackio histogram of log s_i skipped: %s", error)
+
+
+def _tensorboard_writer(trainer):
+    from transformers.integrations import TensorBoardCallback
+
+    for callback in trainer.callback_handler.callbacks:
+        if isinstance(callback, TensorBoardCallback):
+            return callback.tb_writer
+    return None

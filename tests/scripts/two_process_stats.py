@@ -1,0 +1,26 @@
+"""Run under `accelerate launch --cpu --num_processes 2`: each process records its own responses (different counts),
+the window is gathered, and process 0 writes the metrics computed from it to the JSON file named in argv[1]."""
+
+import json
+import sys
+
+import torch
+from accelerate import Accelerator
+
+from gspo_recipes.callbacks.clip_fraction import clip_fractions
+from gspo_recipes.callbacks.log_ratio_histogram import log_s_summary
+from gspo_recipes.callbacks.response_stats import ResponseStats, length_buckets
+
+from crafted_responses import responses_of_rank
+
+accelerator = Accelerator(cpu=True)
+stats = ResponseStats()
+for chunk in responses_of_rank(accelerator.process_index):
+    stats.record(**chunk)
+window = stats.window(step=1, accelerator=accelerator)
+buckets = length_buckets(64)
+selected = window["minibatch"] > 1
+metrics = {**clip_fractions(window, buckets), **log_s_summary(window["log_s"][selected], window, selected, buckets)}
+if accelerator.is_main_process:
+    with open(sys.argv[1], "w") as f:
+        json.dump({"metrics": metrics, "responses": int(window["log_s"].numel())}, f)

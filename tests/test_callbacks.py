@@ -1,0 +1,261 @@
+"""The diagnostics callbacks: metrics against hand-computed values, drop-in use on TRL's GRPOTrainer, trackers,
+the diagnostics file across a resume, health warnings, and two processes."""
+
+import json
+import logging
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from trl import GRPOConfig, GRPOTrainer
+
+from conftest import digit_count_reward, tiny_config
+from gspo_recipes import GSPOTrainer
+from gspo_recipes.callbacks import ClipFractionByLengthCallback, HealthWarnings, LogRatioHistogramCallback
+from gspo_recipes.callbacks.clip_fraction import clip_fractions
+from gspo_recipes.callbacks.log_ratio_histogram import diagnostics_line, histogram, log_s_summary
+from gspo_recipes.callbacks.response_stats import ResponseStats, length_buckets
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "scripts"))
+from crafted_responses import responses_of_rank  # noqa: E402
+
+# ----------------------------------------------------------------------------------------- crafted window
+
+
+def crafted_window():
+    """Eight responses: minibatch 1 on-policy (log s = 0), minibatch 2 with known clips."""
+    stats = ResponseStats()
+    stats.record(torch.zeros(3), torch.tensor([4, 12, 30]), torch.tensor([1.0, -1.0, 1.0]),
+                 torch.zeros(3, dtype=torch.bool), torch.zeros(3, dtype=torch.bool), minibatch=1)
+    log_s = torch.tensor([1e-3, -1e-3, 2e-4, -2e-4, 5e-4])
+    adv = torch.tensor([1.0, -1.0, 1.0, -1.0, -1.0])
+    stats.record(log_s, torch.tensor([5, 6, 20, 33, 0]).clone(), adv,
+                 torch.tensor([False, True, False, False, False]), torch.tensor([True, False, False, False, False]),
+                 minibatch=2)
+    return stats.window(step=1)
+
+
+def test_window_drops_empty_responses_and_clears():
+    stats = ResponseStats()
+    stats.record(torch.tensor([0.1, 0.2]), torch.tensor([3, 0]), torch.tensor([1.0, 1.0]),
+                 torch.tensor([False, False]), torch.tensor([True, True]), minibatch=2)
+    window = stats.window(step=1)
+    assert window["log_s"].tolist() == pytest.approx([0.1])
+    assert stats.window(step=1) is window  # the second callback at the same step shares the window
+    assert stats.window(step=2)["log_s"].numel() == 0
+
+
+def test_clip_fractions_by_side_length_and_minibatch():
+    window = crafted_window()  # 7 responses kept (one had no tokens)
+    metrics = clip_fractions(window, length_buckets(64))  # buckets 1-8, 9-16, 17-32, 33-64
+    assert metrics["gspo/clip_frac"] == pytest.approx(2 / 7)
+    assert metrics["gspo/clip_frac_low"] == pytest.approx(1 / 7)
+    assert metrics["gspo/clip_frac_high"] == pytest.approx(1 / 7)
+    # lengths 4, 5, 6 fall in 1-8 (two of them clipped, one per side); 12 in 9-16; 20 and 30 in 17-32; 33 in 33-64
+    assert metrics["gspo/clip_frac/len_1-8"] == pytest.approx(2 / 3)
+    assert metrics["gspo/clip_frac_low/len_1-8"] == pytest.approx(1 / 3)
+    assert metrics["gspo/clip_frac_high/len_1-8"] == pytest.approx(1 / 3)
+    assert metrics["gspo/clip_frac/len_9-16"] == 0.0 and metrics["gspo/clip_frac/len_17-32"] == 0.0
+    assert metrics["gspo/clip_frac/len_33-64"] == 0.0
+    assert metrics["gspo/clip_frac/minibatch_1"] == 0.0
+    assert metrics["gspo/clip_frac/minibatch_2"] == pytest.approx(2 / 4)
+
+
+def test_log_s_statistics_are_over_off_policy_responses():
+    window = crafted_window()
+    selected = window["minibatch"] > 1
+    values = [1e-3, -1e-3, 2e-4, -2e-4]
+    metrics = log_s_summary(window["log_s"][selected], window, selected, length_buckets(64))
+    mean = sum(values) / 4
+    assert metrics["gspo/log_s/mean"] == pytest.approx(mean, abs=1e-9)
+    assert metrics["gspo/log_s/std"] == pytest.approx(math.sqrt(sum((v - mean) ** 2 for v in values) / 4), rel=1e-5)
+    assert metrics["gspo/log_s/min"] == pytest.approx(-1e-3) and metrics["gspo/log_s/max"] == pytest.approx(1e-3)
+    assert metrics["gspo/log_s/p50"] == pytest.approx(0.0, abs=1e-9)
+    # linear interpolation: p05 lies 15% of the way from -1e-3 to -2e-4
+    assert metrics["gspo/log_s/p05"] == pytest.approx(-1e-3 + 0.15 * 8e-4, rel=1e-4)
+    assert metrics["gspo/log_s/p95"] == pytest.approx(2e-4 + 0.85 * 8e-4, rel=1e-4)
+    assert metrics["gspo/log_s_std/len_1-8"] == pytest.approx(1e-3, rel=1e-5)  # {1e-3, -1e-3}
+    assert metrics["gspo/log_s_std/len_17-32"] == 0.0  # one response
+    assert "gspo/log_s_std/len_9-16" not in metrics  # only an on-policy response there
+
+
+def test_histogram_counts_every_value():
+    counts, edges = histogram(torch.tensor([-1.0, 0.0, 0.0, 1.0]), bins=4)
+    assert edges == pytest.approx([-1.0, -0.5, 0.0, 0.5, 1.0])
+    assert counts == [1, 0, 2, 1]
+
+
+def test_length_buckets():
+    assert length_buckets(256) == [(1, 8), (9, 16), (17, 32), (33, 64), (65, 128), (129, 256)]
+    assert length_buckets(100) == [(1, 8), (9, 16), (17, 32), (33, 64), (65, 100)]
+    assert length_buckets(999, [100, 10]) == [(1, 10), (11, 100)]
+    with pytest.raises(ValueError, match="positive"):
+        length_buckets(10, [0, 5])
+
+
+# ----------------------------------------------------------------------------------------- health warnings
+
+
+def off_policy_window(log_s, adv, eps_low=3e-4, eps_high=4e-4):
+    log_s, adv = torch.tensor(log_s), torch.tensor(adv)
+    stats = ResponseStats()
+    stats.record(log_s, torch.full_like(log_s, 10), adv, (log_s < -eps_low) & (adv < 0), (log_s > eps_high) & (adv > 0),
+                 minibatch=2)
+    return stats.window(step=0)
+
+
+def test_health_warnings_once_per_occurrence(caplog):
+    args = tiny_config("/tmp/unused-health")
+    health = HealthWarnings(quiet_steps=3)
+    wasted = off_policy_window([1e-3, 1e-3, -1e-3, 0.0], [1.0, 1.0, -1.0, 1.0])  # 2/3 positives clipped
+    with caplog.at_level(logging.WARNING):
+        health.check_window(wasted, args)
+        health.check_window(wasted, args)
+    assert caplog.text.count("rollouts are wasted") == 1 and "epsilon_high" in caplog.text
+    calm = off_policy_window([0.0, 0.0], [1.0, -1.0])
+    health.check_window(calm, args)  # clears the condition; the next occurrence warns again
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        health.check_window(wasted, args)
+    assert caplog.text.count("rollouts are wasted") == 1
+
+
+def test_health_warning_trust_region_idle(caplog):
+    args = tiny_config("/tmp/unused-health")
+    health = HealthWarnings(quiet_steps=3)
+    calm = off_policy_window([0.0, 1e-5], [1.0, -1.0])
+    with caplog.at_level(logging.WARNING):
+        for _ in range(2):
+            health.check_window(calm, args)
+        assert "trust region does nothing" not in caplog.text
+        health.check_window(calm, args)
+    assert "trust region does nothing" in caplog.text
+
+
+def test_health_warning_one_sided_and_on_policy(caplog):
+    args = tiny_config("/tmp/unused-health")
+    health = HealthWarnings()
+    biased = off_policy_window([-1e-3] * 4, [1.0, 1.0, -1.0, -1.0])  # every log s_i shifted down
+    with caplog.at_level(logging.WARNING):
+        health.check_window(biased, args)
+        health.check_setup(on_policy=True)
+    assert "one side is clipped wholesale" in caplog.text and "sampler" in caplog.text
+    assert "GSPO equals GRPO" in caplog.text
+    assert [w["kind"] for w in health.history] == ["one_sided", "on_policy"]
+
+
+# ----------------------------------------------------------------------------------------- real runs
+
+
+def grpo_trainer(tmp_path, tiny, dataset, **overrides):
+    model, tokenizer = tiny
+    cfg = GRPOConfig(
+        output_dir=str(tmp_path), importance_sampling_level="sequence", epsilon=3e-4, epsilon_high=4e-4,
+        per_device_train_batch_size=8, num_generations=4, max_completion_length=8, steps_per_generation=4,
+        max_steps=8, learning_rate=1e-3, logging_steps=1, report_to="none", save_strategy="no", use_cpu=True,
+        bf16=False, seed=0, **overrides,
+    )
+    return GRPOTrainer(model=model, reward_funcs=digit_count_reward, args=cfg, train_dataset=dataset,
+                       processing_class=tokenizer)
+
+
+def read_lines(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f]
+
+
+def test_drop_in_on_plain_grpo_trainer(tmp_path, tiny, prompt_dataset):
+    trainer = grpo_trainer(tmp_path, tiny, prompt_dataset)
+    trainer.add_callback(ClipFractionByLengthCallback(trainer))
+    trainer.add_callback(LogRatioHistogramCallback(trainer, bins=10))
+    trainer.train()
+    logs = [entry for entry in trainer.state.log_history if "clip_ratio/region_mean" in entry]
+    assert len(logs) == 8
+    for entry in logs:
+        assert entry["gspo/clip_frac"] == pytest.approx(entry["clip_ratio/region_mean"], abs=1e-7)
+        assert entry["gspo/clip_frac_low"] == pytest.approx(entry["clip_ratio/low_mean"], abs=1e-7)
+    assert any(entry["gspo/clip_frac"] > 0 for entry in logs), "the paper's range should clip on this tiny run"
+    assert sum("gspo/log_s/std" in entry for entry in logs) == 6  # minibatches 2-4 of two generation batches
+    lines = read_lines(tmp_path / "gspo_diagnostics.jsonl")
+    assert [line["step"] for line in lines] == list(range(1, 9))
+    off_policy_line = lines[1]
+    assert sum(off_policy_line["counts"]) == 8 and len(off_policy_line["bin_edges"]) == 11
+    assert sum(b["responses"] for b in off_policy_line["buckets"]) == 8
+
+
+def test_callbacks_never_change_training(tmp_path, tiny, prompt_dataset):
+    from gspo_recipes.tiny import build_tiny_model_and_tokenizer
+
+    runs = []
+    for diagnostics in (True, False):
+        model, tokenizer = build_tiny_model_and_tokenizer()
+        cfg = tiny_config(tmp_path / str(diagnostics), gspo_diagnostics=diagnostics, max_steps=6)
+        trainer = GSPOTrainer(model=model, reward_funcs=digit_count_reward, args=cfg, train_dataset=prompt_dataset,
+                              processing_class=tokenizer)
+        trainer.train()
+        runs.append([(e["loss"], e["grad_norm"]) for e in trainer.state.log_history if "loss" in e])
+    assert runs[0] == runs[1]
+    assert os.path.exists(tmp_path / "True" / "gspo_diagnostics.jsonl")
+    assert not os.path.exists(tmp_path / "False" / "gspo_diagnostics.jsonl")
+
+
+def test_tensorboard_event_file_holds_the_histogram(tmp_path, tiny, prompt_dataset, monkeypatch):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    monkeypatch.setenv("TENSORBOARD_LOGGING_DIR", str(tmp_path / "tb"))
+    model, tokenizer = tiny
+    cfg = tiny_config(tmp_path, report_to=["tensorboard"])
+    GSPOTrainer(model=model, reward_funcs=digit_count_reward, args=cfg, train_dataset=prompt_dataset,
+                processing_class=tokenizer).train()
+    events = EventAccumulator(str(tmp_path / "tb"), size_guidance={"histograms": 0}).Reload()
+    assert "gspo/log_s" in events.Tags()["histograms"]
+    histograms = events.Histograms("gspo/log_s")
+    assert [h.step for h in histograms] == [2, 3, 4]  # the off-policy minibatches of the first generation batch
+    assert all(h.histogram_value.num == 8 for h in histograms)
+    assert "train/gspo/clip_frac" in events.Tags()["scalars"]
+
+
+def test_diagnostics_file_continues_on_resume(tmp_path, tiny, prompt_dataset):
+    from gspo_recipes.tiny import build_tiny_model_and_tokenizer
+
+    model, tokenizer = tiny
+    cfg = tiny_config(tmp_path, max_steps=8, save_strategy="steps", save_steps=4)
+    GSPOTrainer(model=model, reward_funcs=digit_count_reward, args=cfg, train_dataset=prompt_dataset,
+                processing_class=tokenizer).train()
+    path = tmp_path / "gspo_diagnostics.jsonl"
+    assert [line["step"] for line in read_lines(path)] == list(range(1, 9))
+    # As if the run had died after step 8 and were resumed from the checkpoint at step 4.
+    model, tokenizer = build_tiny_model_and_tokenizer()
+    trainer = GSPOTrainer(model=model, reward_funcs=digit_count_reward, args=cfg, train_dataset=prompt_dataset,
+                          processing_class=tokenizer)
+    trainer.train(resume_from_checkpoint=str(tmp_path / "checkpoint-4"))
+    assert [line["step"] for line in read_lines(path)] == list(range(1, 9))
+
+
+def test_two_processes_log_what_one_process_computes_over_the_same_responses(tmp_path):
+    # accelerate 1.15 starts a single process for `--cpu --num_processes 2`; `--multi_gpu` on a machine without
+    # GPUs starts two CPU processes over gloo.
+    out = tmp_path / "metrics.json"
+    script = os.path.join(os.path.dirname(__file__), "scripts", "two_process_stats.py")
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(script))
+    subprocess.run(
+        [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+         "--mixed_precision", "no", "--dynamo_backend", "no", script, str(out)],
+        check=True, env=env, timeout=300, cwd=tmp_path,
+    )
+    result = json.loads(out.read_text())
+    stats = ResponseStats()
+    for rank in (0, 1):
+        for chunk in responses_of_rank(rank):
+            stats.record(**chunk)
+    window = stats.window(step=1)
+    buckets = length_buckets(64)
+    selected = window["minibatch"] > 1
+    expected = {**clip_fractions(window, buckets), **log_s_summary(window["log_s"][selected], window, selected, buckets)}
+    assert result["responses"] == 9
+    assert result["metrics"].keys() == expected.keys()
+    for name, value in expected.items():
+        assert result["metrics"][name] == pytest.approx(value, abs=1e-7), name
