@@ -14,9 +14,22 @@ Parameters that differ from `GRPOConfig`'s defaults:
         `steps_per_generation = num_minibatches * gradient_accumulation_steps`.
     allow_length_weighted_loss (`bool`, defaults to `False`): opt in to a token-summing `loss_type`.
 
+> Clip range from data
+
+    epsilon_calibration_steps (`int`, defaults to `0`): calibrate the clip range during the first N optimizer steps.
+    epsilon_target_clip (`float`, defaults to `0.1`): the fraction of responses to clip on each side.
+
 > Diagnostics
 
     gspo_diagnostics (`bool`, defaults to `True`): register the clip-fraction and log-ratio callbacks.
+
+> Old-policy log-probabilities (gspo_recipes/sampler_logps.py)
+
+    old_logps_source (`str`, defaults to `"recompute"`): `"sampler"` uses the generator's log-probabilities as
+        pi_old and skips the trainer's forward pass over every rollout.
+    sampler_mismatch_steps (`int`, defaults to `25`): every this many steps, log the mismatch between the two sources.
+    vllm_importance_sampling_sequence_ratio (`str`, defaults to `"geometric_mean"`): vLLM's sequence-level
+        importance-sampling weight, length-normalised; `"product"` is TRL's.
 """
 
 from __future__ import annotations
@@ -87,11 +100,51 @@ class GSPOConfig(GRPOConfig):
             "each response by its length instead of GSPO's per-response mean."
         },
     )
+    epsilon_calibration_steps: int = field(
+        default=0,
+        metadata={
+            "help": "Calibrate the clip range from data: during the first N optimizer steps collect the off-policy "
+            "log s_i, then fix epsilon and epsilon_high from their quantiles (see epsilon_target_clip). 0 (default) "
+            "keeps the configured range. The calibrated range is logged as gspo/epsilon_low, gspo/epsilon_high and "
+            "saved with each checkpoint."
+        },
+    )
+    epsilon_target_clip: float = field(
+        default=0.1,
+        metadata={"help": "With epsilon_calibration_steps: the fraction of responses to clip on each side."},
+    )
     gspo_diagnostics: bool = field(
         default=True,
         metadata={
             "help": "Register the diagnostics callbacks (clip fraction by length, histogram of log s_i, health "
             "warnings, gspo_diagnostics.jsonl). They never change training."
+        },
+    )
+    old_logps_source: str = field(
+        default="recompute",
+        metadata={
+            "help": "Where the old policy's log-probabilities come from. 'recompute' (TRL's): a forward pass of the "
+            "training engine over every rollout. 'sampler': the generator's own (transformers: log_softmax of the "
+            "temperature-scaled logits before top-k/top-p filtering; vLLM: its returned logprobs), which skips that "
+            "pass. Check gspo/sampler_mismatch/* in 'recompute' mode before switching.",
+            "choices": ["recompute", "sampler"],
+        },
+    )
+    sampler_mismatch_steps: int = field(
+        default=25,
+        metadata={
+            "help": "Every this many optimizer steps, compare the sampler's log-probabilities with the trainer's on "
+            "the same responses and log gspo/sampler_mismatch/{log_s_mean,log_s_std,token_max_abs,outside_clip_frac} "
+            "(both modes; in 'sampler' mode it costs one forward pass). 0 turns it off."
+        },
+    )
+    vllm_importance_sampling_sequence_ratio: str = field(
+        default="geometric_mean",
+        metadata={
+            "help": "Sequence weight of vLLM's importance-sampling correction in the sequence_* modes. "
+            "'geometric_mean': exp(mean over tokens of log pi_train - log pi_vllm), length-normalised like s_i. "
+            "'product': TRL's exp(sum), which collapses on long responses (TRL issues 4772, 5814).",
+            "choices": ["geometric_mean", "product"],
         },
     )
 
@@ -106,6 +159,7 @@ class GSPOConfig(GRPOConfig):
         super().__post_init__()
         self._check_clip_range()
         self._check_loss_type()
+        self._check_old_logps_source()
         self._warn_if_on_policy()
 
     def _check_clip_range(self) -> None:
@@ -116,6 +170,13 @@ class GSPOConfig(GRPOConfig):
             raise ValueError(
                 f"epsilon={self.epsilon} puts the low clip bound 1 - epsilon at or below 0, where no ratio can go; "
                 "GSPO uses about 3e-4."
+            )
+        if self.epsilon_calibration_steps < 0:
+            raise ValueError(f"epsilon_calibration_steps={self.epsilon_calibration_steps} is negative; 0 turns it off.")
+        if self.epsilon_calibration_steps and not 0 < self.epsilon_target_clip < 1:
+            raise ValueError(
+                f"epsilon_target_clip={self.epsilon_target_clip} must lie strictly between 0 and 1 (0.1 clips 10% of "
+                "the responses on each side)."
             )
         largest = max(self.epsilon, self.epsilon_high or 0.0)
         if self.importance_sampling_level == "sequence" and largest >= TOKEN_SIZED_EPSILON:
@@ -140,8 +201,35 @@ class GSPOConfig(GRPOConfig):
                 "loss_type='grpo', or set allow_length_weighted_loss=True if you want the length weighting."
             )
 
+    def _check_old_logps_source(self) -> None:
+        if self.old_logps_source not in ("recompute", "sampler"):
+            raise ValueError(
+                f"old_logps_source='{self.old_logps_source}' is not a choice: use 'recompute' (a forward pass of the "
+                "training engine, TRL's default) or 'sampler' (the generator's log-probabilities)."
+            )
+        if self.sampler_mismatch_steps < 0:
+            raise ValueError(
+                f"sampler_mismatch_steps={self.sampler_mismatch_steps} is negative; use 0 to turn the monitor off."
+            )
+        if self.vllm_importance_sampling_sequence_ratio not in ("geometric_mean", "product"):
+            raise ValueError(
+                f"vllm_importance_sampling_sequence_ratio='{self.vllm_importance_sampling_sequence_ratio}' is not a "
+                "choice: use 'geometric_mean' (length-normalised, for GSPO) or 'product' (TRL's exp(sum))."
+            )
+        if self.old_logps_source == "sampler" and self.use_transformers_continuous_batching and not self.use_vllm:
+            raise ValueError(
+                "old_logps_source='sampler' needs per-token log-probabilities from the generator, which transformers "
+                "continuous batching does not return. Set use_transformers_continuous_batching=False, or "
+                "old_logps_source='recompute'."
+            )
+
     def _warn_if_on_policy(self) -> None:
         optimizer_steps_per_generation = self.steps_per_generation * self.num_iterations
+        if optimizer_steps_per_generation <= self.gradient_accumulation_steps and self.epsilon_calibration_steps:
+            raise ValueError(
+                "epsilon_calibration_steps needs off-policy minibatches, but there is one optimizer step per "
+                "generation batch. Set num_minibatches > 1, or epsilon_calibration_steps=0."
+            )
         if optimizer_steps_per_generation <= self.gradient_accumulation_steps:
             logger.warning(
                 "One optimizer step per generation batch (steps_per_generation=%s, num_iterations=%s, "

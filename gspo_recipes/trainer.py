@@ -15,13 +15,17 @@ For response-level advantages the loss and its gradient are otherwise TRL's (tes
 from __future__ import annotations
 
 import logging
+import os
 
 import torch
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 
+from .calibrate import EpsilonCalibration
 from .callbacks.response_stats import ResponseStats, attach_response_stats, minibatch_index
 from .config import GSPOConfig
 from .loss import clipped_sides, gspo_token_objective, mean_over_responses, response_advantage
+from .sampler_logps import SamplerLogps
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +55,7 @@ class GSPOTrainer(GRPOTrainer):
             name = model if isinstance(model, str) else model.config._name_or_path
             args = GSPOConfig(f"{name.split('/')[-1]}-GSPO")
         super().__init__(model, reward_funcs, args, *pos, **kwargs)
+        self.sampler_logps = SamplerLogps(self)  # old_logps_source, the mismatch monitor, vLLM's IS weight
         self._handed_to_trl = self._features_outside_gspo_loss()
         if self._handed_to_trl:
             if self.importance_sampling_level == "sequence":
@@ -59,11 +64,18 @@ class GSPOTrainer(GRPOTrainer):
                     "sequence-level, but GSPO-token (per-token advantages) and the log-ratio clamp are off.",
                     ", ".join(self._handed_to_trl),
                 )
+            if getattr(args, "epsilon_calibration_steps", 0):
+                raise ValueError(
+                    "epsilon_calibration_steps works with GSPOTrainer's own loss, which is off because of "
+                    f"{', '.join(self._handed_to_trl)}. Remove those settings or set epsilon_calibration_steps=0."
+                )
             # TRL's loss on this instance, with the statistics recorded around it as for a plain GRPOTrainer.
             self._compute_loss = self._trl_loss
             attach_response_stats(self)
         else:
             self.response_stats = ResponseStats()
+        calibration_steps = getattr(args, "epsilon_calibration_steps", 0)
+        self.calibration = EpsilonCalibration(calibration_steps, args.epsilon_target_clip) if calibration_steps else None
         if getattr(args, "gspo_diagnostics", False):
             self._add_diagnostics_callbacks()
 
@@ -91,6 +103,43 @@ class GSPOTrainer(GRPOTrainer):
             reasons.append("delta")
         return reasons
 
+    # Old-policy log-probabilities from the sampler, and the mismatch monitor: gspo_recipes/sampler_logps.py.
+    def _generate_and_score_completions(self, inputs):
+        return self.sampler_logps.generate_and_score(super()._generate_and_score_completions, inputs)
+
+    def _generate(self, prompts):
+        return self.sampler_logps.generate(super()._generate, prompts)
+
+    def _generate_single_turn(self, *args, **kwargs):
+        return self.sampler_logps.generate_single_turn(super()._generate_single_turn, *args, **kwargs)
+
+    def _get_per_token_logps_and_entropies(self, model, *args, **kwargs):
+        return self.sampler_logps.per_token_logps(super()._get_per_token_logps_and_entropies, model, *args, **kwargs)
+
+    # Automatic calibration of the clip range (epsilon_calibration_steps): gspo_recipes/calibrate.py.
+    def _calibrate_if_due(self) -> None:
+        if self.calibration is None or self.calibration.done or self.state.global_step < self.calibration.steps:
+            return
+        current = (self.epsilon_low, self.epsilon_high)
+        self.epsilon_low, self.epsilon_high = self.calibration.finish(self.accelerator, current)
+        logger.warning(
+            "Calibrated the clip range after %d optimizer steps to clip %.0f%% of the off-policy responses per side: "
+            "epsilon=%.3g, epsilon_high=%.3g (was %.3g, %.3g).",
+            self.state.global_step, 100 * self.calibration.target_clip, self.epsilon_low, self.epsilon_high, *current,
+        )
+
+    def _save_checkpoint(self, model, trial):
+        super()._save_checkpoint(model, trial)
+        if self.calibration is not None and self.args.should_save:
+            folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+            self.calibration.save(folder)
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if self.calibration is not None and checkpoint is not None and self.calibration.load(checkpoint):
+            if self.calibration.done:
+                self.epsilon_low, self.epsilon_high = self.calibration.epsilons
+
     def _trl_loss(self, model, inputs):
         if inputs["advantages"].dim() == 2:
             raise ValueError(
@@ -100,6 +149,9 @@ class GSPOTrainer(GRPOTrainer):
         return GRPOTrainer._compute_loss(self, model, inputs)
 
     def _compute_loss(self, model, inputs):
+        mode = "train" if self.model.training else "eval"
+        if mode == "train":
+            self._calibrate_if_due()
         mask = inputs["completion_mask"]
         if "tool_mask" in inputs:
             mask = mask * inputs["tool_mask"]
@@ -122,7 +174,6 @@ class GSPOTrainer(GRPOTrainer):
                 per_token_kl = per_token_kl * ratio
             per_token_loss = per_token_loss + self.beta * per_token_kl
 
-        mode = "train" if self.model.training else "eval"
         loss = mean_over_responses(per_token_loss, mask)
         if self.aux_loss_enabled:
             loss = loss + self.router_aux_loss_coef * aux_loss
@@ -134,9 +185,11 @@ class GSPOTrainer(GRPOTrainer):
         lengths = mask.sum(-1)
         self._log_loss_metrics(mode, mask, entropies, low, high, lengths, per_token_kl if self.beta else None)
         if mode == "train":
-            self.response_stats.record(
-                log_s, lengths, response_advantage(advantages, mask), low, high, minibatch_index(self)
-            )
+            minibatch = minibatch_index(self)
+            response_adv = response_advantage(advantages, mask)
+            self.response_stats.record(log_s, lengths, response_adv, low, high, minibatch)
+            if self.calibration is not None and not self.calibration.done and minibatch > 1:
+                self.calibration.collect(log_s, response_adv, lengths > 0)
         return loss
 
     def _per_token_logps(self, model, inputs):
@@ -168,3 +221,6 @@ class GSPOTrainer(GRPOTrainer):
         metrics["clip_ratio/low_mean"].append(global_mean(low.float(), has_tokens))
         metrics["clip_ratio/high_mean"].append(global_mean(high.float(), has_tokens))
         metrics["clip_ratio/region_mean"].append(global_mean((low | high).float(), has_tokens))
+        if self.calibration is not None:
+            metrics["gspo/epsilon_low"].append(self.epsilon_low)
+            metrics["gspo/epsilon_high"].append(self.epsilon_high)

@@ -1,0 +1,197 @@
+"""Choosing the clip range from data: `gspo calibrate RUN_DIR --target-clip 0.1`.
+
+The explainer's advice: measure log s_i on the first batches before fixing epsilon, because a range copied from the
+paper can clip most responses in a setting with more per-token drift. Calibration takes the off-policy responses
+(minibatches 2..k, where s_i can leave 1) and picks, per side, the epsilon that clips the target fraction of the
+responses that side can clip: epsilon_high from the responses with A > 0, epsilon_low from those with A < 0.
+
+`GSPOTrainer` does the same during its first `epsilon_calibration_steps` optimizer steps (see `calibrate_epsilons`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import torch
+
+DIAGNOSTICS_FILE = "gspo_diagnostics.jsonl"
+
+
+def calibrate_epsilons(log_s: torch.Tensor, advantage_sign: torch.Tensor, target_clip: float) -> tuple[float, float]:
+    """(epsilon_low, epsilon_high) that clip `target_clip` of the negative- and of the positive-advantage responses.
+
+    High side: s_i > 1 + epsilon_high for a fraction `target_clip` of the responses with A > 0, so
+    1 + epsilon_high = exp(quantile_{1 - target}(log s | A > 0)). Low side likewise with quantile_{target}(log s | A < 0).
+    A side whose quantile lies on the wrong side of 0 (the policy moved the other way) gets epsilon 0: even the
+    tightest range clips fewer than the target there. A side with no responses keeps `nan`.
+    """
+    if not 0.0 < target_clip < 1.0:
+        raise ValueError(f"target_clip must lie strictly between 0 and 1, got {target_clip}")
+    log_s = log_s.double()
+    positive, negative = log_s[advantage_sign > 0], log_s[advantage_sign < 0]
+    eps_high = math.expm1(max(torch.quantile(positive, 1.0 - target_clip).item(), 0.0)) if positive.numel() else math.nan
+    eps_low = -math.expm1(min(torch.quantile(negative, target_clip).item(), 0.0)) if negative.numel() else math.nan
+    return eps_low, eps_high
+
+
+def clip_fraction_by_bucket(log_s, advantage_sign, lengths, eps_low, eps_high, buckets) -> list[dict]:
+    """The fraction of responses that (eps_low, eps_high) would clip, per side, in each (lo, hi) length bucket."""
+    s = torch.exp(log_s.double())
+    low = (s < 1 - eps_low) & (advantage_sign < 0)
+    high = (s > 1 + eps_high) & (advantage_sign > 0)
+    rows = []
+    for lo, hi in buckets:
+        in_bucket = (lengths >= lo) & (lengths <= hi)
+        count = int(in_bucket.sum())
+        if count:
+            rows.append({"lo": lo, "hi": hi, "responses": count,
+                         "clip_low": low[in_bucket].sum().item() / count,
+                         "clip_high": high[in_bucket].sum().item() / count})
+    return rows
+
+
+def read_off_policy(path: str, max_step: int | None = None) -> dict:
+    """Pool the off-policy log s_i, advantage signs and lengths of a diagnostics file (up to `max_step`)."""
+    log_s, sign, length, steps, buckets, epsilons = [], [], [], [], None, None
+    with open(path) as f:
+        for line in f:
+            if not line.strip():
+                continue
+            record = json.loads(line)
+            if max_step is not None and record["step"] > max_step:
+                break
+            off = record["off_policy"]
+            log_s += off["log_s"]
+            sign += off["advantage_sign"]
+            length += off["length"]
+            steps.append(record["step"])
+            buckets = [(b["lo"], b["hi"]) for b in record["buckets"]]
+            epsilons = (record["epsilon_low"], record["epsilon_high"])
+    return {
+        "log_s": torch.tensor(log_s, dtype=torch.float64),
+        "sign": torch.tensor(sign),
+        "length": torch.tensor(length),
+        "steps": steps,
+        "buckets": buckets or [],
+        "epsilons": epsilons,
+    }
+
+
+def yaml_snippet(eps_low: float, eps_high: float) -> str:
+    return f"epsilon: {eps_low:.3g}\nepsilon_high: {eps_high:.3g}\n"
+
+
+def run(args) -> int:
+    path = os.path.join(args.run_dir, DIAGNOSTICS_FILE)
+    if not os.path.exists(path):
+        print(f"gspo calibrate: no {DIAGNOSTICS_FILE} in {args.run_dir}. GSPOTrainer writes it to its output_dir; on "
+              "a plain GRPOTrainer add gspo_recipes.callbacks.LogRatioHistogramCallback.")
+        return 2
+    data = read_off_policy(path, args.max_step)
+    if data["log_s"].numel() == 0:
+        print(f"gspo calibrate: {path} holds no off-policy responses (minibatches 2..k). Run with "
+              "steps_per_generation > gradient_accumulation_steps (GSPOConfig's default: 4 minibatches) for a few steps.")
+        return 2
+    eps_low, eps_high = calibrate_epsilons(data["log_s"], data["sign"], args.target_clip)
+    n_pos, n_neg = int((data["sign"] > 0).sum()), int((data["sign"] < 0).sum())
+    print(f"Off-policy responses: {data['log_s'].numel()} ({n_pos} with A > 0, {n_neg} with A < 0) "
+          f"over steps {data['steps'][0]}-{data['steps'][-1]}")
+    quantiles = torch.quantile(data["log_s"], torch.tensor([0.05, 0.5, 0.95], dtype=torch.float64)).tolist()
+    print(f"log s_i: p05 {quantiles[0]:.3g}  p50 {quantiles[1]:.3g}  p95 {quantiles[2]:.3g}")
+    print(f"\nTarget: {args.target_clip:.0%} of the responses clipped on each side")
+    print(f"  epsilon_low  = {eps_low:.3g}   (range low bound 1 - {eps_low:.3g})")
+    print(f"  epsilon_high = {eps_high:.3g}   (range high bound 1 + {eps_high:.3g})")
+    for side, value, count in (("low", eps_low, n_neg), ("high", eps_high, n_pos)):
+        if math.isnan(value):
+            print(f"  No responses with {'A < 0' if side == 'low' else 'A > 0'}: epsilon_{side} cannot be calibrated.")
+        elif value == 0.0:
+            print(f"  epsilon_{side} = 0: log s_i moved the other way, so this side clips less than the target even "
+                  "at 0.")
+        elif count < 50:
+            print(f"  Only {count} responses inform epsilon_{side}: run longer for a steadier value.")
+    print("\nClip fraction per length bucket with these values (and with the run's own range):")
+    run_low, run_high = data["epsilons"]
+    now = {(r["lo"], r["hi"]): r for r in clip_fraction_by_bucket(
+        data["log_s"], data["sign"], data["length"], run_low, run_high, data["buckets"])}
+    print(f"  {'length':>12} {'responses':>10} {'low':>7} {'high':>7}   {'run low':>8} {'run high':>8}")
+    for row in clip_fraction_by_bucket(
+        data["log_s"], data["sign"], data["length"], _zero_nan(eps_low), _zero_nan(eps_high), data["buckets"]
+    ):
+        before = now[(row["lo"], row["hi"])]
+        print(f"  {row['lo']:>5}-{row['hi']:<6} {row['responses']:>10} {row['clip_low']:>7.1%} {row['clip_high']:>7.1%}"
+              f"   {before['clip_low']:>8.1%} {before['clip_high']:>8.1%}")
+    print("\nPaste into your recipe config (YAML):\n")
+    print(yaml_snippet(_zero_nan(eps_low, run_low), _zero_nan(eps_high, run_high)))
+    return 0
+
+
+def _zero_nan(value: float, fallback: float = 0.0) -> float:
+    return fallback if math.isnan(value) else value
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "calibrate",
+        help="choose epsilon_low/epsilon_high from the log s_i of a short run",
+        description="Reads RUN_DIR/gspo_diagnostics.jsonl (off-policy minibatches only) and prints the clip range "
+        "that clips a target fraction of responses on each side, with the clip fraction per length bucket it implies "
+        "and a YAML snippet.",
+    )
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="the output_dir of a GSPO run")
+    parser.add_argument("--target-clip", type=float, default=0.1,
+                        help="fraction of responses to clip on each side (default 0.1)")
+    parser.add_argument("--max-step", type=int, default=None, help="use only the logging steps up to this one")
+    parser.set_defaults(func=run)
+
+
+class EpsilonCalibration:
+    """Automatic calibration inside `GSPOTrainer`: collect off-policy log s_i during the first `steps` optimizer
+    steps, then fix the clip range from their quantiles. Its state is saved with each checkpoint, so a resumed run
+    keeps the calibrated range (or the samples collected so far) and does not start over."""
+
+    STATE_FILE = "gspo_calibration.json"
+
+    def __init__(self, steps: int, target_clip: float):
+        self.steps, self.target_clip = steps, target_clip
+        self.log_s: list[float] = []
+        self.sign: list[int] = []
+        self.epsilons: tuple[float, float] | None = None  # set once calibrated
+
+    @property
+    def done(self) -> bool:
+        return self.epsilons is not None
+
+    def collect(self, log_s: torch.Tensor, advantages: torch.Tensor, off_policy: torch.Tensor) -> None:
+        self.log_s += log_s[off_policy].float().tolist()
+        self.sign += torch.sign(advantages[off_policy]).long().tolist()
+
+    def finish(self, accelerator, current: tuple[float, float]) -> tuple[float, float]:
+        """Gather the samples of every process and fix the range; a side with no samples keeps `current`."""
+        values = torch.tensor([self.log_s, self.sign], dtype=torch.float64).reshape(2, -1)
+        if accelerator is not None and accelerator.num_processes > 1:
+            counts = accelerator.gather(torch.tensor([values.shape[1]], device=accelerator.device)).tolist()
+            padded = accelerator.pad_across_processes(values.to(accelerator.device), dim=1)
+            gathered = accelerator.gather(padded.unsqueeze(0)).cpu()
+            values = torch.cat([gathered[rank, :, :n] for rank, n in enumerate(counts)], dim=1)
+        eps_low, eps_high = calibrate_epsilons(values[0], values[1], self.target_clip)
+        self.epsilons = (_zero_nan(eps_low, current[0]), _zero_nan(eps_high, current[1]))
+        self.log_s, self.sign = [], []
+        return self.epsilons
+
+    def save(self, folder: str) -> None:
+        state = {"steps": self.steps, "target_clip": self.target_clip, "epsilons": self.epsilons,
+                 "log_s": self.log_s, "sign": self.sign}
+        with open(os.path.join(folder, self.STATE_FILE), "w") as f:
+            json.dump(state, f)
+
+    def load(self, folder: str) -> bool:
+        path = os.path.join(folder, self.STATE_FILE)
+        if not os.path.exists(path):
+            return False
+        with open(path) as f:
+            state = json.load(f)
+        self.epsilons = tuple(state["epsilons"]) if state["epsilons"] is not None else None
+        self.log_s, self.sign = state["log_s"], state["sign"]
+        return True
