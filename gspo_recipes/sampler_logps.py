@@ -155,8 +155,8 @@ class GenerationLogprobRecorder:
     def __init__(self, temperature: float):
         self.temperature = temperature
         self._pending: torch.Tensor | None = None  # log-softmax row of the step whose token is not known yet
-        self._logps: list[torch.Tensor] = []  # per step, (B,)
-        self._tokens: list[torch.Tensor] = []  # per step, (B,): the token each step's log-probability belongs to
+        self._logps: list[torch.Tensor] = []  # per step, (B, 1)
+        self._tokens: list[torch.Tensor] = []  # per step, (B, 1): the token each step's log-probability belongs to
         self._error: str | None = None
 
     @contextmanager
@@ -174,11 +174,14 @@ class GenerationLogprobRecorder:
             if input_ids is None:
                 self._error = "a forward call during generation had no input_ids"
             else:
-                tokens = input_ids[:, -1].to(self._pending.device)
-                self._logps.append(self._pending.gather(-1, tokens[:, None]).squeeze(-1))
+                tokens = input_ids[:, -1:].to(self._pending.device)
+                self._logps.append(self._pending.gather(-1, tokens))
                 self._tokens.append(tokens)
         with torch.no_grad():
-            self._pending = torch.log_softmax(logits[:, -1, :].float() / self.temperature, dim=-1)
+            scaled = logits[:, -1, :].float()
+            if self.temperature != 1.0:
+                scaled = scaled / self.temperature
+            self._pending = torch.log_softmax(scaled, dim=-1)
 
     def logprobs_for(self, completion_ids: list[list[int]]) -> list[list[float]]:
         """Per-completion log-probabilities, aligned with TRL's completions (cut after the first EOS)."""
@@ -189,16 +192,16 @@ class GenerationLogprobRecorder:
         logps, tokens = list(self._logps), list(self._tokens)
         if len(logps) < steps and self._pending is not None:  # the last step: its token is in the completions
             last = torch.tensor(
-                [c[steps - 1] if len(c) == steps else 0 for c in completion_ids], device=self._pending.device
+                [[c[steps - 1] if len(c) == steps else 0] for c in completion_ids], device=self._pending.device
             )
-            logps.append(self._pending.gather(-1, last[:, None]).squeeze(-1))
+            logps.append(self._pending.gather(-1, last))
             tokens.append(last)
         if len(logps) < steps:
             raise AlignmentError(f"{len(logps)} forward calls recorded for {steps} generated tokens")
         if steps == 0:
             return [[] for _ in completion_ids]
-        logps = torch.stack(logps[:steps], dim=1).cpu()
-        tokens = torch.stack(tokens[:steps], dim=1).cpu()
+        logps = torch.cat(logps[:steps], dim=1).cpu()
+        tokens = torch.cat(tokens[:steps], dim=1).cpu()
         if logps.size(0) != len(completion_ids):
             raise AlignmentError(f"recorded {logps.size(0)} rows for {len(completion_ids)} completions")
         for row, ids in enumerate(completion_ids):
@@ -224,7 +227,6 @@ class _Batch:
 
     capture: bool  # record the transformers generator's log-probabilities
     intercept: bool  # hand the sampler's log-probabilities to TRL in place of its old-policy forward pass
-    monitor: bool  # compare the two sources on this batch
     captured: bool = False  # we added the log-probabilities (TRL's transformers path returns none)
     intercepted: bool = False
     stashed: bool = False
@@ -284,7 +286,7 @@ class SamplerLogps:
         train = t.model.training
         monitor = train and self._monitor_due()
         intercept = self.sampler_mode and trl_recomputes_old_logps(t)
-        self._batch = batch = _Batch(capture=intercept or monitor, intercept=intercept, monitor=monitor)
+        self._batch = batch = _Batch(capture=intercept or monitor, intercept=intercept)
         try:
             output = original(inputs)
         finally:
@@ -362,8 +364,8 @@ class SamplerLogps:
         if missing.any():  # vLLM could not score these tokens: take them from the training engine
             self._warn_once(
                 "nan",
-                "The sampler returned no log-probability for some tokens; those batches are recomputed by the trainer "
-                "(shown once).",
+                "The sampler returned no log-probability for some tokens; those tokens are taken from a forward pass "
+                "of the trainer over their batch (shown once).",
             )
             recomputed, _, _ = original(model, *args, **kwargs)
             old = torch.where(missing, recomputed.to(old.dtype), old)
@@ -376,9 +378,8 @@ class SamplerLogps:
         from trl.trainer.utils import pad
 
         rows = [torch.tensor([math.nan if x is None else x for x in row], dtype=torch.float32) for row in logprobs]
-        return pad(rows, padding_value=0.0, padding_side="right", pad_to_multiple_of=self.trainer.pad_to_multiple_of).to(
-            device
-        )
+        padded = pad(rows, padding_value=0.0, padding_side="right", pad_to_multiple_of=self.trainer.pad_to_multiple_of)
+        return padded.to(device)
 
     def _monitor_due(self) -> bool:
         if self.monitor_steps <= 0:
@@ -424,7 +425,7 @@ class SamplerLogps:
             trainer_logps = self._recompute(output)
         log_s, has_tokens, token_max = mismatch_log_ratio(trainer_logps, sampler_logps, self._loss_mask(output))
         log_s = t.accelerator.gather(log_s)
-        has_tokens = t.accelerator.gather(has_tokens)
+        has_tokens = t.accelerator.gather(has_tokens.long()).bool()  # no bool collectives on some backends
         token_max = t.accelerator.gather(token_max.reshape(1)).max().item()
         log_s = log_s[has_tokens]
         if log_s.numel() == 0:
@@ -447,7 +448,10 @@ class SamplerLogps:
         self._warned_side = side
         if side is None:
             return
-        bound = f"1 + epsilon_high = {1 + t.epsilon_high:.6g}" if side == "high" else f"1 - epsilon = {1 - t.epsilon_low:.6g}"
+        if side == "high":
+            bound = f"1 + epsilon_high = {1 + t.epsilon_high:.6g}"
+        else:
+            bound = f"1 - epsilon = {1 - t.epsilon_low:.6g}"
         responses = "positive" if side == "high" else "negative"
         effect = (
             "so on the first minibatch of every rollout batch, responses with a %s advantage are clipped wholesale"
@@ -478,7 +482,10 @@ class SamplerLogps:
             return
         raw = torch.exp(sequence_is_log_weight(old, sampling, self._loss_mask(output), "geometric_mean"))
         weight = bound_is_weight(
-            raw, t.vllm_importance_sampling_mode, t.vllm_importance_sampling_clip_min, t.vllm_importance_sampling_clip_max
+            raw,
+            t.vllm_importance_sampling_mode,
+            t.vllm_importance_sampling_clip_min,
+            t.vllm_importance_sampling_clip_max,
         )
         output["importance_sampling_ratio"] = weight
         gathered = t.accelerator.gather(weight.reshape(-1))

@@ -1,0 +1,122 @@
+"""What the recipes in recipes/ share: argument parsing that fails cleanly, dataset loading (hub, local file, saved
+directory), column checks that run before any model is loaded, model loading, and the start and end banners.
+
+Each recipe stays one file that reads top to bottom; the plumbing lives here.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+
+from trl import ModelConfig, ScriptArguments, TrlParser
+
+from .config import GSPOConfig
+
+LOCAL_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
+
+
+@dataclass
+class RecipeArguments(ScriptArguments):
+    """trl.ScriptArguments plus what every recipe adds: reward functions by name and a system prompt."""
+
+    reward_funcs: list[str] = field(
+        default_factory=list,
+        metadata={"help": "Reward functions by registry name (gsm8k_accuracy, format, ...) or module:function. "
+                          "Empty: the recipe's default."},
+    )
+    system_prompt: str | None = field(
+        default=None, metadata={"help": "System prompt for chat models. None: the recipe's default."}
+    )
+    max_train_samples: int | None = field(
+        default=None, metadata={"help": "Use only the first N training rows (quick experiments)."}
+    )
+
+
+def parse_args(script_args_class, offline_config: str):
+    """Parse (script args, GSPOConfig, ModelConfig) from YAML and flags; with no arguments at all, the recipe's
+    offline config. A bad YAML key or value ends the run with one line naming it, not a stack trace."""
+    argv = sys.argv[1:] or ["--config", offline_config]
+    parser = TrlParser((script_args_class, GSPOConfig, ModelConfig))
+    try:
+        return parser.parse_args_and_config(argv)
+    except (ValueError, TypeError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
+
+
+def load_train_dataset(script_args):
+    """A hub dataset by name, a local .jsonl/.json/.parquet/.csv file, or a directory saved with `save_to_disk`."""
+    import datasets
+
+    name = script_args.dataset_name
+    split = script_args.dataset_train_split
+    if os.path.isdir(name):
+        loaded = datasets.load_from_disk(name)
+        dataset = loaded[split] if isinstance(loaded, datasets.DatasetDict) else loaded
+    elif os.path.isfile(name):
+        extension = os.path.splitext(name)[1].lower()
+        if extension not in LOCAL_FORMATS:
+            raise SystemExit(f"error: {name}: unsupported file type; use one of {', '.join(LOCAL_FORMATS)}")
+        dataset = datasets.load_dataset(LOCAL_FORMATS[extension], data_files=name, split="train")
+    else:
+        dataset = datasets.load_dataset(name, script_args.dataset_config, split=split)
+    if script_args.max_train_samples:
+        dataset = dataset.select(range(min(script_args.max_train_samples, len(dataset))))
+    return dataset
+
+
+def require_columns(dataset, needed: dict[str, str]) -> None:
+    """Fail before any model is loaded when a column is missing. `needed` maps column name -> the flag mapping it."""
+    present = list(dataset.column_names)
+    for column, flag in needed.items():
+        if column not in present:
+            raise SystemExit(
+                f"error: the dataset has no column '{column}'. Columns present: {present}. "
+                f"Map one of them with {flag} NAME."
+            )
+
+
+def as_prompt(text: str, system_prompt: str | None, chat: bool):
+    """The prompt column: chat messages for a model with a chat template, else the plain text."""
+    if not chat:
+        return text
+    messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    return messages + [{"role": "user", "content": text}]
+
+
+def load_model_and_tokenizer(model_args: ModelConfig, training_args: GSPOConfig):
+    """The model named in ModelConfig (with its dtype and attention settings) and its tokenizer."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    dtype = model_args.dtype if model_args.dtype in (None, "auto") else getattr(__import__("torch"), model_args.dtype)
+    model = AutoModelForCausalLM.from_pretrained(
+        model_args.model_name_or_path,
+        revision=model_args.model_revision,
+        trust_remote_code=model_args.trust_remote_code,
+        attn_implementation=model_args.attn_implementation,
+        dtype=dtype,
+    )
+    tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path, padding_side="left")
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return model, tokenizer
+
+
+def is_main_process() -> bool:
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def banner(lines: list[str]) -> None:
+    if is_main_process():
+        print("\n".join(["=" * 100, *lines, "=" * 100]), flush=True)
+
+
+def end_banner(output_dir: str) -> None:
+    banner([
+        f"Done. Logs and checkpoints: {output_dir}",
+        f"  diagnostics: {os.path.join(output_dir, 'gspo_diagnostics.jsonl')}",
+        f"  figures:     gspo report {output_dir}   (writes PNGs and gspo_report.txt next to the logs)",
+        f"  clip range:  gspo calibrate {output_dir} --target-clip 0.1",
+    ])
