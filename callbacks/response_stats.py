@@ -83,7 +83,9 @@ def _gather(local: dict[str, torch.Tensor], accelerator) -> dict[str, torch.Tens
 
 
 def attach_response_stats(trainer) -> ResponseStats:
-    """The trainer's `ResponseStats`, installing a recorder on a plain `GRPOTrainer` that has none.
+    """The trainer's `ResponseStats`, created on first use (nothing is recorded before, so nothing accumulates
+    without a consumer). `GSPOTrainer` records into it from its loss; on a plain `GRPOTrainer` a recorder is
+    installed.
 
     The recorder wraps this trainer instance's `_compute_loss` and `_get_per_token_logps_and_entropies`: it keeps
     the log-probabilities the loss computed, and after the loss reads them with the batch's old log-probabilities,
@@ -93,6 +95,8 @@ def attach_response_stats(trainer) -> ResponseStats:
     if stats is not None:
         return stats
     stats = trainer.response_stats = ResponseStats()
+    if getattr(trainer, "records_response_stats", False):  # GSPOTrainer's own loss records once this is set
+        return stats
     compute_loss = trainer._compute_loss
     get_logps = trainer._get_per_token_logps_and_entropies
     captured = {}

@@ -37,19 +37,24 @@ def calibrate_epsilons(log_s: torch.Tensor, advantage_sign: torch.Tensor, target
 
 
 def clip_fraction_by_bucket(log_s, advantage_sign, lengths, eps_low, eps_high, buckets) -> list[dict]:
-    """The fraction of responses that (eps_low, eps_high) would clip, per side, in each (lo, hi) length bucket."""
+    """Per (lo, hi) length bucket, the share of the responses with A < 0 that (eps_low, eps_high) clips low and of
+    those with A > 0 that it clips high: the same per-side fractions the target is set in."""
     s = torch.exp(log_s.double())
-    low = (s < 1 - eps_low) & (advantage_sign < 0)
-    high = (s > 1 + eps_high) & (advantage_sign > 0)
+    negative, positive = advantage_sign < 0, advantage_sign > 0
+    low, high = (s < 1 - eps_low) & negative, (s > 1 + eps_high) & positive
     rows = []
     for lo, hi in buckets:
         in_bucket = (lengths >= lo) & (lengths <= hi)
-        count = int(in_bucket.sum())
-        if count:
-            rows.append({"lo": lo, "hi": hi, "responses": count,
-                         "clip_low": low[in_bucket].sum().item() / count,
-                         "clip_high": high[in_bucket].sum().item() / count})
+        if in_bucket.any():
+            rows.append({"lo": lo, "hi": hi, "responses": int(in_bucket.sum()),
+                         "clip_low": _share(low, in_bucket & negative),
+                         "clip_high": _share(high, in_bucket & positive)})
     return rows
+
+
+def _share(flags: torch.Tensor, selected: torch.Tensor) -> float:
+    count = int(selected.sum())
+    return flags[selected].sum().item() / count if count else 0.0
 
 
 def read_off_policy(path: str, max_step: int | None = None) -> dict:
@@ -111,7 +116,8 @@ def run(args) -> int:
                   "at 0.")
         elif count < 50:
             print(f"  Only {count} responses inform epsilon_{side}: run longer for a steadier value.")
-    print("\nClip fraction per length bucket with these values (and with the run's own range):")
+    print("\nClip fraction per length bucket with these values (and with the run's own range), per side as a share "
+          "of the responses that side can clip:")
     run_low, run_high = data["epsilons"]
     now = {(r["lo"], r["hi"]): r for r in clip_fraction_by_bucket(
         data["log_s"], data["sign"], data["length"], run_low, run_high, data["buckets"])}

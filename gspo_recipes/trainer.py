@@ -22,7 +22,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 
 from .calibrate import EpsilonCalibration
-from .callbacks.response_stats import ResponseStats, attach_response_stats, minibatch_index
+from .callbacks.response_stats import ResponseStats, minibatch_index
 from .config import GSPOConfig
 from .loss import clipped_sides, gspo_token_objective, mean_over_responses, response_advantage
 from .sampler_logps import SamplerLogps
@@ -49,6 +49,7 @@ class GSPOTrainer(GRPOTrainer):
 
     _tag_names = ["trl", "gspo", "gspo-recipes"]
     _name = "GSPO"
+    records_response_stats = True  # our loss records into `response_stats` once attach_response_stats sets it
 
     def __init__(self, model, reward_funcs, args: GSPOConfig | None = None, *pos, **kwargs):
         if args is None:
@@ -69,11 +70,11 @@ class GSPOTrainer(GRPOTrainer):
                     "epsilon_calibration_steps works with GSPOTrainer's own loss, which is off because of "
                     f"{', '.join(self._handed_to_trl)}. Remove those settings or set epsilon_calibration_steps=0."
                 )
-            # TRL's loss on this instance, with the statistics recorded around it as for a plain GRPOTrainer.
+            # TRL's loss on this instance; a diagnostics callback records around it as for a plain GRPOTrainer.
             self._compute_loss = self._trl_loss
-            attach_response_stats(self)
-        else:
-            self.response_stats = ResponseStats()
+            self.records_response_stats = False
+        # Per-response statistics are kept only while a consumer (a diagnostics callback) drains them.
+        self.response_stats: ResponseStats | None = None
         calibration_steps = getattr(args, "epsilon_calibration_steps", 0)
         self.calibration = EpsilonCalibration(calibration_steps, args.epsilon_target_clip) if calibration_steps else None
         if getattr(args, "gspo_diagnostics", False):
@@ -187,7 +188,8 @@ class GSPOTrainer(GRPOTrainer):
         if mode == "train":
             minibatch = minibatch_index(self)
             response_adv = response_advantage(advantages, mask)
-            self.response_stats.record(log_s, lengths, response_adv, low, high, minibatch)
+            if self.response_stats is not None:
+                self.response_stats.record(log_s, lengths, response_adv, low, high, minibatch)
             if self.calibration is not None and not self.calibration.done and minibatch > 1:
                 self.calibration.collect(log_s, response_adv, lengths > 0)
         return loss

@@ -9,6 +9,7 @@ from trl import GRPOConfig, GRPOTrainer, TrlParser
 
 from conftest import digit_count_reward, length_reward, tiny_config
 from gspo_recipes import GSPOConfig, GSPOTrainer
+from gspo_recipes.callbacks import attach_response_stats
 from gspo_recipes.loss import gspo_loss
 
 
@@ -177,11 +178,13 @@ def test_training_clips_only_off_policy_minibatches(tmp_path, tiny, prompt_datas
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     trainer = GSPOTrainer(model=model, reward_funcs=digit_count_reward, args=cfg, train_dataset=prompt_dataset,
                           processing_class=tokenizer)
+    assert trainer.response_stats is None  # nothing is kept without a consumer
+    stats = attach_response_stats(trainer)
     trainer.train()
     assert trainer.state.global_step == 8
     assert any(not torch.equal(before[n], p) for n, p in model.named_parameters()), "no optimizer step was taken"
 
-    window = trainer.response_stats.window(step=trainer.state.global_step)
+    window = stats.window(step=trainer.state.global_step)
     on_policy = window["minibatch"] == 1
     assert on_policy.sum() == 16 and (~on_policy).sum() == 48  # 2 generation batches x 4 minibatches x 8
     assert torch.all(window["log_s"][on_policy] == 0)

@@ -1,0 +1,421 @@
+"""`gspo report RUN_DIR`: figures and a text summary from a run's `gspo_diagnostics.jsonl` and `trainer_state.json`.
+
+Writes next to the diagnostics file: the clip fraction per length bucket over steps (one panel per side), a heat map
+of log s_i over steps, the spread of log s_i against response length (log-log, with a c/sqrt(L) line fitted through
+the points), reward over steps, and `gspo_report.txt`, the summary printed to the console, with the health warnings
+recomputed from the recorded off-policy responses.
+
+The helpers below are pure functions over the parsed JSON lines, so that tests and notebooks can call them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import logging
+import math
+import os
+import re
+import sys
+from types import SimpleNamespace
+
+import numpy as np
+
+DIAGNOSTICS_FILE = "gspo_diagnostics.jsonl"  # the name LogRatioHistogramCallback writes
+STATE_FILE = "trainer_state.json"
+SUMMARY_FILE = "gspo_report.txt"
+INSTALL_HINT = "pip install 'gspo-recipes[report]'"
+FIGURES = {
+    "clip": "gspo_clip_fraction_by_length.png",
+    "heatmap": "gspo_log_s_heatmap.png",
+    "spread": "gspo_log_s_spread_vs_length.png",
+    "reward": "gspo_reward.png",
+}
+
+
+# ---------------------------------------------------------------------------------------------------------- reading
+
+
+def read_diagnostics(path: str) -> list[dict]:
+    """The diagnostics lines sorted by step; the last line wins for a repeated step, unparsable lines are skipped
+    (a run killed while writing leaves a truncated last line)."""
+    by_step = {}
+    with open(path) as f:
+        for text in f:
+            try:
+                line = json.loads(text)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(line, dict) and "step" in line:
+                by_step[line["step"]] = line
+    return [by_step[step] for step in sorted(by_step)]
+
+
+def find_trainer_state(run_dir: str) -> str | None:
+    """`RUN_DIR/trainer_state.json` (written by `trainer.save_state()`), else the newest checkpoint's."""
+    direct = os.path.join(run_dir, STATE_FILE)
+    if os.path.isfile(direct):
+        return direct
+    checkpoints = []
+    for path in glob.glob(os.path.join(run_dir, "checkpoint-*", STATE_FILE)):
+        match = re.fullmatch(r"checkpoint-(\d+)", os.path.basename(os.path.dirname(path)))
+        if match:
+            checkpoints.append((int(match.group(1)), path))
+    return max(checkpoints)[1] if checkpoints else None
+
+
+def read_log_history(path: str) -> list[dict]:
+    with open(path) as f:
+        return json.load(f).get("log_history", [])
+
+
+# ---------------------------------------------------------------------------------------------------------- numbers
+
+
+def clip_fraction_series(lines: list[dict]) -> dict[str, dict[str, np.ndarray]]:
+    """Per length bucket ("lo-hi") and overall ("all"): steps and the fractions clipped low and high.
+
+    A fraction is of all responses in the bucket at that step (as `gspo/clip_frac_*/len_*`); NaN where the bucket
+    was empty.
+    """
+    series: dict[str, dict[str, list]] = {}
+
+    def add(name, step, responses, low, high):
+        entry = series.setdefault(name, {"steps": [], "low": [], "high": []})
+        entry["steps"].append(step)
+        entry["low"].append(low / responses if responses else math.nan)
+        entry["high"].append(high / responses if responses else math.nan)
+
+    for line in lines:
+        for bucket in line["buckets"]:
+            add(f"{bucket['lo']}-{bucket['hi']}", line["step"], bucket["responses"], bucket["clipped_low"],
+                bucket["clipped_high"])
+        per_k = line["minibatches"].values()
+        low, high = sum(m["clipped_low"] for m in per_k), sum(m["clipped_high"] for m in per_k)
+        add("all", line["step"], line["responses"], low, high)
+    return {name: {key: np.asarray(values, dtype=float) for key, values in entry.items()}
+            for name, entry in series.items()}
+
+
+def common_grid_histogram(lines: list[dict], bins: int = 60) -> tuple[list[int], np.ndarray, np.ndarray]:
+    """The per-step histograms of log s_i re-binned onto one grid, for a heat map.
+
+    Each line's histogram spans that window's own range, so the edges differ from line to line. Every line's counts
+    are placed at its bin centres and re-counted on `bins` equal bins spanning the union of all lines' ranges, then
+    divided by the line's total: column j is the share of step j's off-policy responses in each grid bin (a count
+    moves by at most half its original bin width). Lines without a histogram (on-policy windows) get a NaN column.
+    Returns (steps, grid edges, shares of shape (bins, len(steps))); no steps when no line has a histogram.
+    """
+    has_histogram = [bool(line.get("counts")) and sum(line["counts"]) > 0 for line in lines]
+    if not any(has_histogram):
+        return [], np.zeros(0), np.zeros((bins, 0))
+    lo = min(line["bin_edges"][0] for line, has in zip(lines, has_histogram) if has)
+    hi = max(line["bin_edges"][-1] for line, has in zip(lines, has_histogram) if has)
+    grid = np.linspace(lo, hi, bins + 1)
+    shares = np.full((bins, len(lines)), np.nan)
+    for j, (line, has) in enumerate(zip(lines, has_histogram)):
+        if has:
+            edges, counts = np.asarray(line["bin_edges"]), np.asarray(line["counts"], dtype=float)
+            column, _ = np.histogram((edges[:-1] + edges[1:]) / 2, bins=grid, weights=counts)
+            shares[:, j] = column / counts.sum()
+    return [line["step"] for line in lines], grid, shares
+
+
+def spread_by_length(lines: list[dict]) -> list[dict]:
+    """Spread of the off-policy log s_i per length bucket, pooled over steps.
+
+    Pooled within-step variance: squared deviations from each (step, bucket) mean, summed over steps and divided by
+    (values - groups), over groups of at least two values. Drifts of the mean from step to step therefore do not
+    inflate it, and it estimates the same quantity as the per-step `log_s_std` the callback logs. Returns one dict
+    per bucket with data: lo, hi, mean_length, std, values.
+    """
+    pooled = []
+    buckets = {(b["lo"], b["hi"]) for line in lines for b in line["buckets"]}
+    for lo, hi in sorted(buckets):
+        squares, dof, lengths = 0.0, 0, []
+        for line in lines:
+            off = line.get("off_policy", {})
+            pairs = [(v, n) for v, n in zip(off.get("log_s", []), off.get("length", [])) if lo <= n <= hi]
+            if not pairs:
+                continue
+            values = np.array([v for v, _ in pairs])
+            lengths += [n for _, n in pairs]
+            if len(values) >= 2:
+                squares += float(((values - values.mean()) ** 2).sum())
+                dof += len(values) - 1
+        if dof:
+            pooled.append({"lo": lo, "hi": hi, "mean_length": float(np.mean(lengths)),
+                           "std": math.sqrt(squares / dof), "values": len(lengths)})
+    return pooled
+
+
+def fit_inverse_sqrt(points: list[dict]) -> float | None:
+    """c in std = c / sqrt(L), least squares on the log scale weighted by the values per bucket (None without data)."""
+    points = [p for p in points if p["std"] > 0]
+    if not points:
+        return None
+    weights = np.array([p["values"] for p in points], dtype=float)
+    log_c = np.log([p["std"] * math.sqrt(p["mean_length"]) for p in points])
+    return float(math.exp((weights * log_c).sum() / weights.sum()))
+
+
+def learning_rates_by_step(log_history: list[dict]) -> dict[int, float]:
+    return {e["step"]: e["learning_rate"] for e in log_history if "step" in e and "learning_rate" in e}
+
+
+def health_warnings(lines: list[dict], learning_rates: dict[int, float] | None = None,
+                    quiet_steps: int = 20) -> list[dict]:
+    """The callback's health warnings, replayed over the recorded off-policy responses: {step, kind, message}.
+
+    Clips are recomputed from the rounded log s_i and the line's epsilons (high: s_i > 1 + epsilon_high with A > 0;
+    low: s_i < 1 - epsilon_low with A < 0), and all values count as minibatch 2. The on-policy warning is given
+    (at the first step) when no window ever held a minibatch after the first.
+    """
+    import torch
+
+    from .callbacks.clip_fraction import HealthWarnings  # imports transformers: only when needed
+
+    learning_rates = learning_rates or {}
+    health = HealthWarnings(quiet_steps)
+    found = []
+    quiet_logger = logging.getLogger(HealthWarnings.__module__)
+    level = quiet_logger.level
+    quiet_logger.setLevel(logging.ERROR)  # the report prints them itself
+    try:
+        if lines and not any(int(k) > 1 for line in lines for k in line["minibatches"]):
+            health.check_setup(on_policy=True)
+            found.append({"step": lines[0]["step"], **health.history[-1]})
+        for line in lines:
+            off = line["off_policy"]
+            log_s = torch.tensor(off["log_s"], dtype=torch.float64)
+            sign = torch.tensor(off["advantage_sign"], dtype=torch.float64)
+            ratio = torch.exp(log_s)
+            window = {
+                "log_s": log_s,
+                "length": torch.tensor(off["length"], dtype=torch.float64),
+                "advantage": sign,
+                "clipped_low": ((ratio < 1 - line["epsilon_low"]) & (sign < 0)).double(),
+                "clipped_high": ((ratio > 1 + line["epsilon_high"]) & (sign > 0)).double(),
+                "minibatch": torch.full_like(log_s, 2.0),
+            }
+            args = SimpleNamespace(epsilon_high=line["epsilon_high"],
+                                   learning_rate=learning_rates.get(line["step"], "unknown"))
+            before = len(health.history)
+            health.check_window(window, args)
+            found += [{"step": line["step"], **w} for w in health.history[before:]]
+    finally:
+        quiet_logger.setLevel(level)
+    return found
+
+
+# ---------------------------------------------------------------------------------------------------------- summary
+
+
+def summarize(run_dir: str, lines: list[dict], warnings: list[dict], spread: list[dict], figures: list[str],
+              notes: list[str]) -> str:
+    steps = [line["step"] for line in lines]
+    responses = sum(line["responses"] for line in lines)
+    per_k: dict[int, list[int]] = {}
+    for line in lines:
+        for k, m in line["minibatches"].items():
+            totals = per_k.setdefault(int(k), [0, 0, 0])
+            totals[0] += m["responses"]
+            totals[1] += m["clipped_low"]
+            totals[2] += m["clipped_high"]
+    low, high = sum(t[1] for t in per_k.values()), sum(t[2] for t in per_k.values())
+    eps = {(line["epsilon_low"], line["epsilon_high"]) for line in lines}
+    out = [f"GSPO report: {run_dir}"]
+    out.append(f"steps {steps[0]}-{steps[-1]} ({len(lines)} logged windows), {responses} responses; clip range "
+               + ", ".join(f"[1 - {lo:g}, 1 + {hi:g}]" for lo, hi in sorted(eps)))
+    if responses:
+        out.append(f"clip fraction: low {low / responses:.1%}, high {high / responses:.1%} of all responses")
+    out.append("clip fraction by minibatch (1 is on-policy):")
+    for k, (n, lo_k, hi_k) in sorted(per_k.items()):
+        out.append(f"  {k}: {(lo_k + hi_k) / max(n, 1):.1%} (low {lo_k / max(n, 1):.1%}, high {hi_k / max(n, 1):.1%})"
+                   f" of {n} responses")
+    values = np.array([v for line in lines for v in line["off_policy"]["log_s"]])
+    if values.size:
+        p05, p50, p95 = np.quantile(values, [0.05, 0.5, 0.95])
+        out.append(f"log s_i over {values.size} off-policy responses: mean {values.mean():.3g}, "
+                   f"std {values.std():.3g}, p05 {p05:.3g}, median {p50:.3g}, p95 {p95:.3g}")
+        for p in spread:
+            out.append(f"  length {p['lo']}-{p['hi']}: std {p['std']:.3g} (pooled within steps) over {p['values']} "
+                       f"responses, mean length {p['mean_length']:.1f}")
+        c = fit_inverse_sqrt(spread)
+        if c is not None:
+            out.append(f"  fitted std = {c:.3g} / sqrt(L)")
+    else:
+        out.append("log s_i: no off-policy responses recorded (every window was on-policy)")
+    out.append("health warnings:" if warnings else "health warnings: none")
+    out += [f"  step {w['step']} [{w['kind']}]: {w['message']}" for w in warnings]
+    out.append("figures:" if figures else "figures: none written")
+    out += [f"  {path}" for path in figures]
+    out += notes
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------------------------------------------------- figures
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display needed
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_clip_fractions(series, path: str) -> None:
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    for ax, side, rule in zip(axes, ("low", "high"), ("s_i < 1 - eps_low, A < 0", "s_i > 1 + eps_high, A > 0")):
+        for name, entry in series.items():
+            if name == "all":
+                ax.plot(entry["steps"], entry[side], "k--", lw=1.5, label="all lengths")
+            elif not np.all(np.isnan(entry[side])):
+                ax.plot(entry["steps"], entry[side], "o-", ms=3, label=f"length {name}")
+        ax.set(title=f"clipped {side} ({rule})", xlabel="step", ylim=(-0.02, 1.02))
+    axes[0].set_ylabel("fraction of responses in the bucket")
+    axes[1].legend(fontsize=8)
+    _save(fig, plt, path)
+
+
+def plot_heatmap(steps, grid, shares, lines, path: str) -> None:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    if steps:
+        centres = np.asarray(steps, dtype=float)
+        gaps = np.diff(centres) if len(centres) > 1 else np.ones(1)
+        x_edges = np.concatenate([[centres[0] - gaps[0] / 2], (centres[:-1] + centres[1:]) / 2,
+                                  [centres[-1] + gaps[-1] / 2]])
+        empty = np.isnan(shares) | (shares == 0)  # white: no response there, or an on-policy window
+        mesh = ax.pcolormesh(x_edges, grid, np.ma.masked_where(empty, shares), cmap="viridis", shading="flat")
+        fig.colorbar(mesh, ax=ax, label="share of the step's off-policy responses")
+        for key, sign, name in (("epsilon_low", -1, "log(1 - eps_low)"), ("epsilon_high", 1, "log(1 + eps_high)")):
+            ax.plot([line["step"] for line in lines], [math.log1p(sign * line[key]) for line in lines], "r-", lw=0.8,
+                    label=name)
+        ax.legend(fontsize=8, loc="upper right")
+    else:
+        ax.text(0.5, 0.5, "no off-policy responses: every window was on-policy", ha="center", transform=ax.transAxes)
+    ax.set(xlabel="step", ylabel="log $s_i$", title="log $s_i$ over steps (re-binned onto a common grid)")
+    _save(fig, plt, path)
+
+
+def plot_spread(spread, path: str) -> None:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4.5))
+    points = [p for p in spread if p["std"] > 0]
+    c = fit_inverse_sqrt(points)
+    if points:
+        lengths = np.array([p["mean_length"] for p in points])
+        ax.loglog(lengths, [p["std"] for p in points], "o", label="std of log $s_i$ per length bucket")
+        for p in points:
+            ax.annotate(f"n={p['values']}", (p["mean_length"], p["std"]), textcoords="offset points", xytext=(4, 4),
+                        fontsize=7)
+        span = np.geomspace(max(1.0, lengths.min() / 2), lengths.max() * 2, 50)
+        ax.loglog(span, c / np.sqrt(span), "k--", label=f"{c:.3g} / sqrt(L) (fitted)")
+        ax.legend(fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "no off-policy spread to show", ha="center", transform=ax.transAxes)
+    ax.set(xlabel="response length L (mean in bucket, tokens)", ylabel="std of log $s_i$ (pooled within steps)",
+           title="spread of log $s_i$ against length")
+    _save(fig, plt, path)
+
+
+def plot_reward(log_history: list[dict], path: str) -> bool:
+    entries = [e for e in log_history if "reward" in e and "step" in e]
+    if not entries:
+        return False
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    steps = np.array([e["step"] for e in entries])
+    reward = np.array([e["reward"] for e in entries])
+    ax.plot(steps, reward, "o-", ms=3, label="mean reward")
+    if all("reward_std" in e for e in entries):
+        std = np.array([e["reward_std"] for e in entries])
+        ax.fill_between(steps, reward - std, reward + std, alpha=0.2, label="± std over the batch")
+    ax.set(xlabel="step", ylabel="reward", title="reward over steps")
+    ax.legend(fontsize=8)
+    _save(fig, plt, path)
+    return True
+
+
+def _save(fig, plt, path: str) -> None:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------------------------------------------------- command
+
+
+def report(run_dir: str, bins: int = 60, quiet_steps: int = 20) -> int:
+    """Write the figures and `gspo_report.txt` into `run_dir` and print the summary. Returns the exit code:
+    0 on success, 1 when matplotlib is missing (the summary is still written), 2 without a diagnostics file."""
+    path = os.path.join(run_dir, DIAGNOSTICS_FILE)
+    if not os.path.isfile(path):
+        missing = "no such directory" if not os.path.isdir(run_dir) else f"no {DIAGNOSTICS_FILE} there"
+        print(f"gspo report: looked for {path}: {missing}. GSPOTrainer writes {DIAGNOSTICS_FILE} into its "
+              "output_dir (with gspo_diagnostics=True, the default); for a plain GRPOTrainer add "
+              "ClipFractionByLengthCallback and LogRatioHistogramCallback from gspo_recipes.callbacks.",
+              file=sys.stderr)
+        return 2
+    lines = read_diagnostics(path)
+    if not lines:
+        print(f"gspo report: {path} holds no diagnostics lines yet (they are written at each logging step).",
+              file=sys.stderr)
+        return 2
+    state = find_trainer_state(run_dir)
+    log_history = read_log_history(state) if state else []
+    notes = [f"trainer state: {state}"] if state else []
+    warnings = health_warnings(lines, learning_rates_by_step(log_history), quiet_steps)
+    spread = spread_by_length(lines)
+    figures, code = [], 0
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        notes.append(f"figures skipped: matplotlib is not installed. Install it with: {INSTALL_HINT}")
+        print(f"gspo report: the figures need matplotlib: {INSTALL_HINT}", file=sys.stderr)
+        code = 1
+    else:
+        target = {key: os.path.join(run_dir, name) for key, name in FIGURES.items()}
+        plot_clip_fractions(clip_fraction_series(lines), target["clip"])
+        plot_heatmap(*common_grid_histogram(lines, bins), lines, target["heatmap"])
+        plot_spread(spread, target["spread"])
+        figures = [target["clip"], target["heatmap"], target["spread"]]
+        if plot_reward(log_history, target["reward"]):
+            figures.append(target["reward"])
+        elif state:
+            notes.append(f"reward figure skipped: no 'reward' entries in the log_history of {state}")
+    if not state:
+        notes.append(f"reward figure skipped: no {STATE_FILE} in {run_dir} or its checkpoint-* folders (the "
+                     "Trainer writes it with each checkpoint, or call trainer.save_state()); the health warnings "
+                     "show the learning rate as unknown")
+    summary = summarize(run_dir, lines, warnings, spread, figures, notes)
+    summary_path = os.path.join(run_dir, SUMMARY_FILE)
+    with open(summary_path, "w") as f:
+        f.write(summary + "\n")
+    print(summary)
+    print(f"summary written to {summary_path}")
+    return code
+
+
+def run(args: argparse.Namespace) -> int:
+    return report(args.run_dir, bins=args.bins, quiet_steps=args.quiet_steps)
+
+
+def register(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "report",
+        help="figures and a text summary (with health warnings) from a run's gspo_diagnostics.jsonl",
+        description=__doc__.split("\n\n")[1],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="the run's output_dir, holding gspo_diagnostics.jsonl")
+    parser.add_argument("--bins", type=int, default=60, help="bins of the common grid of the log s_i heat map")
+    parser.add_argument("--quiet-steps", type=int, default=20,
+                        help="windows that clip nothing before the 'trust region does nothing' warning")
+    parser.set_defaults(func=run)
+    return parser

@@ -1,0 +1,169 @@
+"""`gspo report`: figures and summary from a tiny real run, the one-sided warning from a crafted diagnostics file,
+the missing-file and missing-matplotlib paths, and the pure helpers."""
+
+import importlib.util
+import json
+import struct
+
+import numpy as np
+import pytest
+
+from conftest import digit_count_reward, tiny_config
+from gspo_recipes import report as rep
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def png_size(path):
+    """(width, height) from a PNG's IHDR chunk, after checking the signature."""
+    data = path.read_bytes()
+    assert data[:8] == PNG_SIGNATURE and data[12:16] == b"IHDR"
+    return struct.unpack(">II", data[16:24])
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """Eight GSPOTrainer steps on the tiny model (two generation batches of four minibatches), with the state saved."""
+    from datasets import Dataset
+
+    from gspo_recipes import GSPOTrainer
+    from gspo_recipes.tiny import build_tiny_model_and_tokenizer
+
+    out = tmp_path_factory.mktemp("run")
+    model, tokenizer = build_tiny_model_and_tokenizer()
+    dataset = Dataset.from_list([{"prompt": f"{a}+{b}="} for a in range(4) for b in range(4)])
+    cfg = tiny_config(out, max_steps=8, max_completion_length=16)
+    trainer = GSPOTrainer(model=model, reward_funcs=digit_count_reward, args=cfg, train_dataset=dataset,
+                          processing_class=tokenizer)
+    trainer.train()
+    trainer.save_state()
+    return out
+
+
+def test_report_of_a_tiny_run(tiny_run, capsys):
+    pytest.importorskip("matplotlib")
+    assert rep.report(str(tiny_run)) == 0
+    for name in rep.FIGURES.values():
+        width, height = png_size(tiny_run / name)
+        assert width >= 500 and height >= 400 and (tiny_run / name).stat().st_size > 10_000, name
+    summary = (tiny_run / rep.SUMMARY_FILE).read_text()
+    assert capsys.readouterr().out.startswith(summary)
+    assert "steps 1-8 (8 logged windows), 64 responses" in summary
+    assert "clip range [1 - 0.0003, 1 + 0.0004]" in summary
+    for k in (1, 2, 3, 4):  # minibatch 1 is on-policy: never clipped
+        assert f"  {k}: " in summary
+    assert "  1: 0.0% (low 0.0%, high 0.0%) of 16 responses" in summary
+    assert "over 48 off-policy responses" in summary and "/ sqrt(L)" in summary
+    assert str(tiny_run / rep.FIGURES["reward"]) in summary and "skipped" not in summary
+
+
+@pytest.mark.skipif(importlib.util.find_spec("gspo_recipes.calibrate") is None,
+                    reason="gspo_recipes.cli also imports the calibrate subcommand, not written yet")
+def test_console_script_dispatches_to_report(tiny_run):
+    from gspo_recipes.cli import main
+
+    assert main(["report", str(tiny_run), "--bins", "20"]) in (0, 1)  # 1: figures skipped without matplotlib
+    assert (tiny_run / rep.SUMMARY_FILE).exists()
+
+
+# ----------------------------------------------------------------------------------------- crafted diagnostics
+
+
+def crafted_line(step, log_s, signs, lengths, eps_low=3e-4, eps_high=4e-4, minibatch=2):
+    """A diagnostics line as LogRatioHistogramCallback writes it, for off-policy responses of one minibatch."""
+    log_s, signs, lengths = np.array(log_s), np.array(signs), np.array(lengths)
+    low = (np.exp(log_s) < 1 - eps_low) & (signs < 0)
+    high = (np.exp(log_s) > 1 + eps_high) & (signs > 0)
+    counts, edges = np.histogram(log_s, bins=5, range=(log_s.min() - 1e-6, log_s.max() + 1e-6))
+    buckets = []
+    for lo, hi in ((1, 8), (9, 16)):
+        inside = (lengths >= lo) & (lengths <= hi)
+        buckets.append({"lo": lo, "hi": hi, "responses": int(inside.sum()), "clipped_low": int(low[inside].sum()),
+                        "clipped_high": int(high[inside].sum()),
+                        "log_s_std": float(log_s[inside].std()) if inside.any() else None})
+    return {"step": step, "epsilon_low": eps_low, "epsilon_high": eps_high, "responses": len(log_s),
+            "bin_edges": edges.tolist(), "counts": counts.tolist(), "buckets": buckets,
+            "minibatches": {str(minibatch): {"responses": len(log_s), "clipped_low": int(low.sum()),
+                                             "clipped_high": int(high.sum())}},
+            "off_policy": {"log_s": log_s.tolist(), "advantage_sign": signs.tolist(), "length": lengths.tolist()}}
+
+
+def write_lines(run_dir, lines):
+    run_dir.mkdir(exist_ok=True)
+    with open(run_dir / rep.DIAGNOSTICS_FILE, "w") as f:
+        f.writelines(json.dumps(line) + "\n" for line in lines)
+    return run_dir
+
+
+def test_one_sided_bias_is_warned_in_the_summary(tmp_path, capsys):
+    # Every log s_i shifted down by 1e-3: all negative-advantage responses clipped low, no positive one clipped high.
+    signs, lengths = [1, -1] * 4, [4, 6, 10, 12, 14, 16, 5, 11]
+    lines = [crafted_line(step, -1e-3 + 1e-5 * np.arange(8), signs, lengths) for step in (1, 2, 3)]
+    run_dir = write_lines(tmp_path / "biased", lines)
+    code = rep.report(str(run_dir))
+    summary = (run_dir / rep.SUMMARY_FILE).read_text()
+    assert "step 1 [one_sided]" in summary and "one side is clipped wholesale" in summary
+    assert summary.count("[one_sided]") == 1  # warned once per occurrence, as the callback does
+    assert "clip fraction: low 50.0%, high 0.0%" in summary
+    assert f"no {rep.STATE_FILE} in {run_dir}" in summary  # the reward figure is skipped, and why
+    if code == 0:  # with matplotlib: the three figures the diagnostics file allows
+        assert all((run_dir / rep.FIGURES[key]).exists() for key in ("clip", "heatmap", "spread"))
+        assert not (run_dir / rep.FIGURES["reward"]).exists()
+
+
+def test_calm_run_has_no_warnings(tmp_path):
+    lines = [crafted_line(step, [1e-5, -1e-5, 2e-5, -2e-5], [1, -1, 1, -1], [4, 4, 12, 12]) for step in (1, 2)]
+    run_dir = write_lines(tmp_path / "calm", lines)
+    rep.report(str(run_dir))
+    assert "health warnings: none" in (run_dir / rep.SUMMARY_FILE).read_text()
+
+
+def test_missing_diagnostics_file(tmp_path, capsys):
+    assert rep.report(str(tmp_path)) == 2
+    err = capsys.readouterr().err
+    assert str(tmp_path / rep.DIAGNOSTICS_FILE) in err
+    assert "GSPOTrainer writes" in err and "ClipFractionByLengthCallback" in err
+
+
+def test_without_matplotlib_says_how_to_install(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(__import__("sys").modules, "matplotlib", None)  # makes `import matplotlib` fail
+    run_dir = write_lines(tmp_path / "run", [crafted_line(1, [1e-4, -2e-4], [1, -1], [5, 12])])
+    assert rep.report(str(run_dir)) == 1
+    assert "pip install 'gspo-recipes[report]'" in capsys.readouterr().err
+    assert "pip install 'gspo-recipes[report]'" in (run_dir / rep.SUMMARY_FILE).read_text()
+    assert not list(run_dir.glob("*.png"))
+
+
+# ----------------------------------------------------------------------------------------- helpers
+
+
+def test_heat_map_rebinning_keeps_every_response():
+    lines = [crafted_line(1, [0.0, 0.01], [1, -1], [4, 4]), crafted_line(2, [-0.02, 0.0, 0.03], [1, 1, -1], [4, 4, 4])]
+    lines.insert(1, {**lines[0], "step": 5, "counts": [], "bin_edges": []})  # an on-policy window
+    steps, grid, shares = rep.common_grid_histogram(lines, bins=10)
+    assert steps == [1, 5, 2] and grid[0] <= -0.02 and grid[-1] >= 0.03
+    assert shares[:, 0].sum() == pytest.approx(1.0) and shares[:, 2].sum() == pytest.approx(1.0)
+    assert np.isnan(shares[:, 1]).all()
+
+
+def test_spread_is_pooled_within_steps_and_fits_inverse_sqrt():
+    # The same spread at every step, around means that drift: pooling within steps ignores the drift.
+    lines = [crafted_line(step, [mean - 0.01, mean + 0.01, mean - 0.005, mean + 0.005], [1, -1, 1, -1], [4, 4, 16, 16])
+             for step, mean in ((1, 0.0), (2, 0.5))]
+    (short, long) = rep.spread_by_length(lines)
+    assert (short["lo"], short["hi"], short["mean_length"], short["values"]) == (1, 8, 4.0, 4)
+    assert short["std"] == pytest.approx(0.01 * np.sqrt(2))  # deviations +-0.01, (2 + 2 values) - 2 groups
+    assert long["std"] == pytest.approx(0.005 * np.sqrt(2))
+    c = rep.fit_inverse_sqrt([{"mean_length": 4.0, "std": 0.05, "values": 1}, {"mean_length": 16.0, "std": 0.025,
+                                                                                "values": 3}])
+    assert c == pytest.approx(0.1)
+
+
+def test_trainer_state_from_run_dir_else_newest_checkpoint(tmp_path):
+    assert rep.find_trainer_state(str(tmp_path)) is None
+    for n in (9, 10):
+        (tmp_path / f"checkpoint-{n}").mkdir()
+        (tmp_path / f"checkpoint-{n}" / rep.STATE_FILE).write_text("{}")
+    assert rep.find_trainer_state(str(tmp_path)) == str(tmp_path / "checkpoint-10" / rep.STATE_FILE)
+    (tmp_path / rep.STATE_FILE).write_text("{}")
+    assert rep.find_trainer_state(str(tmp_path)) == str(tmp_path / rep.STATE_FILE)
