@@ -1,0 +1,187 @@
+"""Completions per second of the rewards, each beside the plain baseline measured in the same run.
+
+  gsm8k_accuracy   vs math-verify `parse`/`verify` item by item in this process
+  math_accuracy    vs the same
+  code_execution   vs one `subprocess.run` per test, no sandbox, one after the other
+
+The data is synthetic (no network here) but shaped like the real thing: GSM8K-style reasoning ending in one of the
+usual answer formats, MATH-style `\\boxed{}` answers of every kind (integers, fractions, roots, intervals,
+expressions; about half wrong), and MBPP-style functions with three asserts each. Both sides are warmed up first
+(workers started, modules imported) on items that are not timed.
+
+    python benchmarks/bench_rewards.py [--repeats 3] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from gspo_recipes.rewards import code_execution, gsm8k_accuracy, math_accuracy  # noqa: E402
+
+# ----------------------------------------------------------------------------------------------------------------
+# Data
+
+
+def gsm8k_items(n: int, seed: int) -> tuple[list[str], list[str]]:
+    rng = random.Random(seed)
+    formats = [
+        "The answer is {}.",
+        "#### {}",
+        "Final answer: {}",
+        "So the total is \\boxed{{{}}}.",
+        "Answer: ${}",
+        "Altogether that makes {} apples.",
+    ]
+    completions, answers = [], []
+    for _ in range(n):
+        a, b, c = rng.randint(2, 90), rng.randint(2, 90), rng.randint(2, 9)
+        gold = a * c + b
+        given = gold if rng.random() < 0.6 else gold + rng.randint(1, 5)
+        shown = f"{given:,}" if rng.random() < 0.3 else str(given)
+        reasoning = (
+            f"She buys {c} boxes with {a} apples each, so {c} * {a} = {a * c} apples. "
+            f"Her friend gives her {b} more, so {a * c} + {b} = {a * c + b}. "
+        )
+        completions.append(reasoning + rng.choice(formats).format(shown))
+        answers.append(f"{c} * {a} = <<{c}*{a}={a * c}>>{a * c}\n{a * c} + {b} = {gold}\n#### {gold}")
+    return completions, answers
+
+
+def math_items(n: int, seed: int, group: int = 1) -> tuple[list[str], list[str]]:
+    """`n` completions in groups of `group` per prompt (a GRPO batch: several generations of one prompt)."""
+    rng = random.Random(seed)
+    kinds = [
+        lambda k: (str(k), str(k)),
+        lambda k: (f"\\frac{{{k}}}{{{k + 1}}}", f"\\dfrac{{{k}}}{{{k + 1}}}"),
+        lambda k: (f"{k}\\sqrt{{2}}", f"\\sqrt{{{2 * k * k}}}"),
+        lambda k: (f"({k}, {k + 3}]", f"({k},{k + 3}]"),
+        lambda k: (f"x^2 + {k}x", f"x(x + {k})"),
+        lambda k: (f"{k}\\pi", f"\\pi \\cdot {k}"),
+        lambda k: (f"{k}.5", f"\\frac{{{2 * k + 1}}}{{2}}"),
+    ]
+    completions, answers = [], []
+    while len(completions) < n:
+        k = rng.randint(2, 10**6)
+        kind = rng.choice(kinds)
+        gold, right = kind(k)
+        # What the generations of one prompt end on: the gold as written, an equivalent form, or a wrong answer.
+        candidates = [gold, right, rng.choice(kinds)(k + 1)[1], kind(k + 2)[1]]
+        for _ in range(min(group, n - len(completions))):
+            given = rng.choice(candidates)
+            completions.append(
+                f"Let $t = {k}$. Expanding and simplifying, we find that the quantity equals ${given}$. "
+                f"Therefore the answer is $\\boxed{{{given}}}$."
+            )
+            answers.append(gold)
+    return completions, answers
+
+
+def code_items(n: int, seed: int) -> tuple[list[str], list[list[str]]]:
+    rng = random.Random(seed)
+    bodies = ["return a + b", "return a - b", "return sum([a, b])", "return a + b if a > 0 else b"]
+    completions, tests = [], []
+    for i in range(n):
+        body = rng.choice(bodies)
+        completions.append(f"Here you go:\n```python\ndef add_{i}(a, b):\n    {body}\n```")
+        tests.append([f"assert add_{i}(1, 2) == 3", f"assert add_{i}(0, 5) == 5", f"assert add_{i}(-4, 4) == 0"])
+    return completions, tests
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Baselines
+
+
+def math_verify_one_by_one(completions: list[str], golds: list[str]) -> list[float]:
+    from math_verify import parse, verify
+
+    return [float(verify(parse(gold), parse(text))) for text, gold in zip(completions, golds)]
+
+
+def subprocess_per_test(completions: list[str], tests: list[list[str]]) -> list[float]:
+    from gspo_recipes.rewards import extract_code
+
+    scores = []
+    for completion, row in zip(completions, tests):
+        program = extract_code(completion)
+        passed = 0
+        for test in row:
+            try:
+                done = subprocess.run([sys.executable, "-c", f"{program}\n{test}\n"], capture_output=True, timeout=10)
+                passed += done.returncode == 0
+            except subprocess.TimeoutExpired:
+                pass
+        scores.append(passed / len(row))
+    return scores
+
+
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="small batches, for a smoke run")
+    args = parser.parse_args()
+    n_gsm, n_math, n_code = (200, 60, 16) if args.quick else (2000, 300, 96)
+
+    # Warm-up on untimed items: math-verify imported here, reward workers started, sandbox probed.
+    warm_c, warm_g = math_items(8, seed=99)
+    math_verify_one_by_one(warm_c, warm_g)
+    math_accuracy(warm_c, answer=warm_g)
+    gsm8k_accuracy(*gsm8k_items(8, seed=99))
+    warm_code, warm_tests = code_items(4, seed=99)
+    code_execution(warm_code, tests=warm_tests)
+    subprocess_per_test(warm_code[:1], warm_tests[:1])
+
+    rows = {name: [] for name in ("gsm8k_accuracy", "math_accuracy", "math_accuracy/8", "code_execution")}
+    agreement = {name: [] for name in rows}
+    for repeat in range(args.repeats):
+        completions, answers = gsm8k_items(n_gsm, seed=repeat)
+        golds = [a.rsplit("####", 1)[1].strip() for a in answers]
+        measure(rows, agreement, "gsm8k_accuracy", n_gsm,
+                lambda: gsm8k_accuracy(completions, answer=answers),
+                lambda: math_verify_one_by_one(completions, golds))  # fmt: skip
+
+        for name, group in (("math_accuracy", 1), ("math_accuracy/8", 8)):
+            completions_m, answers_m = math_items(n_math, seed=1000 * group + repeat, group=group)
+            boxed_golds = [f"$\\boxed{{{a}}}$" for a in answers_m]
+            measure(rows, agreement, name, n_math,
+                    lambda: math_accuracy(completions_m, answer=answers_m),
+                    lambda: math_verify_one_by_one(completions_m, boxed_golds))  # fmt: skip
+
+        completions_c, tests = code_items(n_code, seed=repeat)
+        measure(rows, agreement, "code_execution", n_code,
+                lambda: code_execution(completions_c, tests=tests),
+                lambda: subprocess_per_test(completions_c, tests))  # fmt: skip
+
+    print(f"completions/s, median of {args.repeats} (cores: {len(__import__('os').sched_getaffinity(0))})")
+    print("math_accuracy: every completion a different prompt; math_accuracy/8: GRPO groups of 8 generations")
+    print(f"{'reward':<16} {'ours':>10} {'baseline':>10} {'ratio':>7} {'same verdicts':>14}")
+    for name, pairs in rows.items():
+        ours = statistics.median(p[0] for p in pairs)
+        base = statistics.median(p[1] for p in pairs)
+        ratio = statistics.median(p[0] / p[1] for p in pairs)
+        print(f"{name:<16} {ours:>10.1f} {base:>10.1f} {ratio:>6.1f}x {statistics.mean(agreement[name]):>13.1%}")
+
+
+def measure(rows, agreement, name, n, ours_fn, baseline_fn) -> None:
+    start = time.perf_counter()
+    ours = ours_fn()
+    ours_rate = n / (time.perf_counter() - start)
+    start = time.perf_counter()
+    base = baseline_fn()
+    base_rate = n / (time.perf_counter() - start)
+    rows[name].append((ours_rate, base_rate))
+    agreement[name].append(sum(a == b for a, b in zip(ours, base)) / n)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,249 @@
+"""A pool of worker processes in which every task has a deadline.
+
+A worker that overruns is killed and replaced, and its task gets the caller's `on_timeout` value, so a batch returns
+on time even when some item sends sympy into big-integer work that no signal can interrupt. Workers are plain
+subprocesses talking over pipes: this works from any thread, inside daemonic
+processes (where `multiprocessing` may not start children), and without re-importing the caller's `__main__`.
+
+Pools are created on first use, reused across calls, and killed at exit. `get_pool(name)` gives the shared one.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+logger = logging.getLogger(__name__)
+
+WORKER_MEMORY_MB = int(os.environ.get("GSPO_REWARD_WORKER_MEMORY_MB", "4096"))
+_STARTUP_TIMEOUT_S = 120.0  # a fresh worker imports sympy; on a loaded machine that can take a while
+_PACKAGE_DIR = str(Path(__file__).resolve().parents[1])
+
+# Workers import `gspo_recipes.rewards` under a stand-in for the top-level package: its real `__init__` pulls in
+# the trainer (torch, transformers, TRL), seconds of start-up and hundreds of MB that a verifier never uses.
+_WORKER_BOOT = """
+import sys, types
+package = types.ModuleType("gspo_recipes")
+package.__path__ = [sys.argv[1]]
+sys.modules["gspo_recipes"] = package
+from gspo_recipes.rewards.pool import _worker_main
+_worker_main(int(sys.argv[2]), sys.argv[3:])
+"""
+
+
+class PoolUnavailable(RuntimeError):
+    """Workers could not be started: an infrastructure failure, not a verdict on any item."""
+
+
+class _Worker:
+    def __init__(self, process: subprocess.Popen, to_worker: Connection, from_worker: Connection):
+        self.process, self.to_worker, self.from_worker = process, to_worker, from_worker
+        self.ready = False
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.wait()
+        self.to_worker.close()
+        self.from_worker.close()
+
+
+class DeadlinePool:
+    """`workers` subprocesses that run `module:function` tasks, each under its own deadline."""
+
+    def __init__(self, workers: int | None = None, preload: Sequence[str] = ()):
+        self.size = workers or len(os.sched_getaffinity(0))
+        self.preload = tuple(preload)
+        self._lock = threading.Lock()
+        self._workers: list[_Worker] = []
+        self._failed_starts = 0
+        # Workers ask the kernel to kill them when their parent *thread* dies, so they are started from this one
+        # long-lived thread rather than from whichever short-lived thread happened to call.
+        self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gspo-pool-spawner")
+
+    def map(
+        self,
+        function: str,
+        items: Sequence[tuple],
+        *,
+        deadline_s: float,
+        on_timeout: Any = None,
+        on_error: Any = None,
+    ) -> list[Any]:
+        """Call `function(*item)` for every item; each call gets `deadline_s` seconds from when a worker takes it.
+
+        An item whose worker overruns or dies gets `on_timeout`; one whose call raises gets `on_error`. Raises
+        `PoolUnavailable` only when no worker can be started at all.
+        """
+        results: list[Any] = [None] * len(items)
+        if not items:
+            return results
+        with self._lock:
+            queue = deque(range(len(items)))
+            busy: dict[_Worker, tuple[int, float]] = {}
+            self._top_up()
+            startup_deadline = time.monotonic() + _STARTUP_TIMEOUT_S
+            while queue or busy:
+                for worker in list(self._workers):
+                    if queue and worker.ready and worker not in busy:
+                        index = queue.popleft()
+                        try:
+                            worker.to_worker.send((index, function, items[index]))
+                        except OSError:  # it died while idle: the item was never its fault
+                            queue.appendleft(index)
+                            self._replace(worker, busy, results, on_timeout, "died while idle")
+                            continue
+                        busy[worker] = (index, time.monotonic() + deadline_s)
+                now = time.monotonic()
+                if busy or any(worker.ready for worker in self._workers):
+                    startup_deadline = now + _STARTUP_TIMEOUT_S
+                elif now > startup_deadline:
+                    raise PoolUnavailable(f"no reward worker became ready within {_STARTUP_TIMEOUT_S:.0f}s")
+                next_deadline = min((d for _, d in busy.values()), default=startup_deadline)
+                by_connection = {worker.from_worker: worker for worker in self._workers}
+                for conn in wait(list(by_connection), timeout=max(0.0, next_deadline - now)):
+                    worker = by_connection[conn]
+                    try:
+                        message = conn.recv()
+                    except (EOFError, OSError):
+                        if not worker.ready:
+                            self._failed_starts += 1
+                            if self._failed_starts > 3 * self.size:
+                                raise PoolUnavailable("reward workers keep dying during start-up") from None
+                        self._replace(worker, busy, results, on_timeout, "died")
+                        continue
+                    if message[0] == "ready":
+                        worker.ready = True
+                        self._failed_starts = 0
+                    else:
+                        kind, index, value = message
+                        results[index] = value if kind == "ok" else on_error
+                        if kind != "ok":
+                            logger.warning("reward worker task %s failed: %s", function, value)
+                        busy.pop(worker, None)
+                now = time.monotonic()
+                for worker, (_, deadline) in list(busy.items()):
+                    if now >= deadline:
+                        self._replace(worker, busy, results, on_timeout, "overran its deadline")
+        return results
+
+    def close(self) -> None:
+        """Kill every worker. The pool starts new ones if used again."""
+        with self._lock:
+            for worker in self._workers:
+                worker.kill()
+            self._workers = []
+
+    # ------------------------------------------------------------------------------------------------------------
+
+    def _replace(self, worker: _Worker, busy: dict, results: list, on_timeout: Any, why: str) -> None:
+        if worker in busy:
+            index, _ = busy.pop(worker)
+            results[index] = on_timeout
+            logger.warning("reward worker %d %s on item %d; killed and replaced", worker.process.pid, why, index)
+        worker.kill()
+        self._workers.remove(worker)
+        self._top_up()
+
+    def _top_up(self) -> None:
+        while len(self._workers) < self.size:
+            self._workers.append(self._spawner.submit(self._start_worker).result())
+
+    def _start_worker(self) -> _Worker:
+        process = subprocess.Popen(
+            [sys.executable, "-c", _WORKER_BOOT, _PACKAGE_DIR, str(os.getpid()), *self.preload],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=dict(os.environ, GSPO_REWARD_WORKER="1"),
+            # Its own session: Ctrl-C in the terminal interrupts the trainer, not a worker mid-item (the pool
+            # kills workers itself, and they die with this process through PR_SET_PDEATHSIG).
+            start_new_session=True,
+        )
+        to_worker = Connection(os.dup(process.stdin.fileno()), readable=False)
+        from_worker = Connection(os.dup(process.stdout.fileno()), writable=False)
+        process.stdin.close()
+        process.stdout.close()
+        return _Worker(process, to_worker, from_worker)
+
+
+_pools: dict[str, DeadlinePool] = {}
+_pools_lock = threading.Lock()
+
+
+def get_pool(name: str, preload: Sequence[str] = (), workers: int | None = None) -> DeadlinePool:
+    """The process-wide pool called `name`, created on first use (workers default to the number of usable CPUs,
+    or `GSPO_REWARD_WORKERS`)."""
+    with _pools_lock:
+        if name not in _pools:
+            workers = workers or int(os.environ.get("GSPO_REWARD_WORKERS", 0)) or None
+            _pools[name] = DeadlinePool(workers=workers, preload=preload)
+        return _pools[name]
+
+
+@atexit.register
+def _close_pools() -> None:
+    for pool in list(_pools.values()):
+        pool.close()
+
+
+def _forget_pools_after_fork() -> None:
+    # A forked child inherits the pools but not their workers (they are its siblings): it starts its own.
+    global _pools_lock
+    _pools.clear()
+    _pools_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pools_after_fork)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Worker side
+
+
+def _worker_main(parent_pid: int, preload: Sequence[str]) -> None:
+    _die_with_parent(parent_pid)
+    import resource
+
+    memory = WORKER_MEMORY_MB << 20
+    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))  # a runaway sympy result fails here, not the host
+    commands = Connection(os.dup(0), writable=False)
+    replies = Connection(os.dup(1), readable=False)
+    os.dup2(2, 1)  # stray prints from libraries must not corrupt the reply pipe
+    for module in preload:
+        importlib.import_module(module)
+    replies.send(("ready",))
+    functions: dict[str, Callable] = {}
+    while True:
+        try:
+            index, name, args = commands.recv()
+        except (EOFError, OSError):
+            return
+        try:
+            if name not in functions:
+                module, _, attribute = name.partition(":")
+                functions[name] = getattr(importlib.import_module(module), attribute)
+            replies.send(("ok", index, functions[name](*args)))
+        except Exception as error:  # the item's problem; report and keep serving
+            replies.send(("error", index, f"{type(error).__name__}: {error}"))
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent_pid:  # the parent died before the request took effect
+        os._exit(0)
