@@ -32,6 +32,16 @@ class RecipeArguments(ScriptArguments):
     max_train_samples: int | None = field(
         default=None, metadata={"help": "Use only the first N training rows (quick experiments)."}
     )
+    column_map: list[str] = field(
+        default_factory=list,
+        metadata={"help": "Rename dataset columns to the names the recipe reads, as NEEDED=YOURS pairs: "
+                          "--column_map question=problem_text answer=label"},
+    )
+    use_chat_template: bool = field(
+        default=True,
+        metadata={"help": "Send prompts as chat messages (with system_prompt) when the tokenizer has a chat "
+                          "template; False sends plain text."},
+    )
 
 
 def parse_args(script_args_class, offline_config: str):
@@ -67,15 +77,37 @@ def load_train_dataset(script_args):
     return dataset
 
 
-def require_columns(dataset, needed: dict[str, str]) -> None:
-    """Fail before any model is loaded when a column is missing. `needed` maps column name -> the flag mapping it."""
+def map_columns(dataset, column_map: list[str]):
+    """Apply --column_map NEEDED=YOURS pairs: the dataset's column YOURS is read as NEEDED."""
+    renames = {}
+    for pair in column_map:
+        needed, sep, yours = pair.partition("=")
+        if not sep or not needed or not yours:
+            raise SystemExit(f"error: --column_map takes NEEDED=YOURS pairs, got '{pair}'")
+        if yours not in dataset.column_names:
+            raise SystemExit(f"error: --column_map {pair}: the dataset has no column '{yours}'. "
+                             f"Columns present: {list(dataset.column_names)}.")
+        renames[yours] = needed
+    clashes = [needed for yours, needed in renames.items() if needed in dataset.column_names and needed != yours]
+    return dataset.remove_columns(clashes).rename_columns(renames) if renames else dataset
+
+
+def require_columns(dataset, *alternatives: tuple[str, ...]) -> tuple[str, ...]:
+    """Fail before any model is loaded when a needed column is missing; return the first set of columns present.
+
+    Each alternative is a tuple of column names that together suffice (for MATH: ("problem", "solution") or
+    ("problem", "answer")).
+    """
     present = list(dataset.column_names)
-    for column, flag in needed.items():
-        if column not in present:
-            raise SystemExit(
-                f"error: the dataset has no column '{column}'. Columns present: {present}. "
-                f"Map one of them with {flag} NAME."
-            )
+    for columns in alternatives:
+        if all(column in present for column in columns):
+            return columns
+    missing = [column for column in alternatives[0] if column not in present]
+    options = " or ".join("(" + ", ".join(columns) + ")" for columns in alternatives)
+    raise SystemExit(
+        f"error: the dataset has no column '{missing[0]}' (the recipe needs {options}). Columns present: {present}. "
+        f"Map one of them with --column_map {missing[0]}=YOUR_COLUMN."
+    )
 
 
 def as_prompt(text: str, system_prompt: str | None, chat: bool):
@@ -86,22 +118,31 @@ def as_prompt(text: str, system_prompt: str | None, chat: bool):
     return messages + [{"role": "user", "content": text}]
 
 
-def load_model_and_tokenizer(model_args: ModelConfig, training_args: GSPOConfig):
-    """The model named in ModelConfig (with its dtype and attention settings) and its tokenizer."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def model_and_tokenizer(model_args: ModelConfig, training_args: GSPOConfig, offline_model):
+    """The policy for GSPOTrainer and its tokenizer.
 
-    dtype = model_args.dtype if model_args.dtype in (None, "auto") else getattr(__import__("torch"), model_args.dtype)
-    model = AutoModelForCausalLM.from_pretrained(
-        model_args.model_name_or_path,
+    With `--model_name_or_path`, the name (TRL loads the model with ModelConfig's dtype, attention and revision, and
+    can load a reference model the same way) and its tokenizer. Without it, `offline_model()`: the recipe's tiny
+    offline model and tokenizer.
+    """
+    if model_args.model_name_or_path is None:
+        return offline_model()
+    from transformers import AutoTokenizer
+
+    init_kwargs = dict(
         revision=model_args.model_revision,
         trust_remote_code=model_args.trust_remote_code,
         attn_implementation=model_args.attn_implementation,
-        dtype=dtype,
+        dtype=model_args.dtype,
     )
-    tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path, padding_side="left")
+    training_args.model_init_kwargs = {**init_kwargs, **(training_args.model_init_kwargs or {})}
+    tokenizer = AutoTokenizer.from_pretrained(
+        model_args.model_name_or_path, revision=model_args.model_revision, padding_side="left",
+        trust_remote_code=model_args.trust_remote_code,
+    )
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    return model, tokenizer
+    return model_args.model_name_or_path, tokenizer
 
 
 def is_main_process() -> bool:
