@@ -48,6 +48,13 @@ TOKEN_SUM_LOSS_TYPES = ("bnpo", "dr_grpo", "dapo", "cispo")
 TOKEN_SIZED_EPSILON = 0.05
 
 
+def _has_accelerator() -> bool:
+    import torch
+
+    xpu = getattr(torch, "xpu", None)
+    return torch.cuda.is_available() or torch.backends.mps.is_available() or bool(xpu and xpu.is_available())
+
+
 def _bf16_available(use_cpu: bool) -> bool:
     import torch
 
@@ -153,6 +160,9 @@ class GSPOConfig(GRPOConfig):
             raise ValueError(f"num_minibatches must be at least 1, got {self.num_minibatches}.")
         if self.steps_per_generation is None and self.generation_batch_size is None:
             self.steps_per_generation = self.num_minibatches * self.gradient_accumulation_steps
+        if not self.use_cpu and not _has_accelerator():
+            # On a CPU-only machine say so: without it, processes started by a launcher do not form a process group.
+            self.use_cpu = True
         if self.bf16 is None and not self.fp16 and not _bf16_available(self.use_cpu):
             # TRL defaults to bf16, which stops a CPU-only machine at config time; there, train in float32.
             self.bf16 = False

@@ -131,14 +131,14 @@ def model_and_tokenizer(model_args: ModelConfig, training_args: GSPOConfig, offl
 
     init_kwargs = dict(
         revision=model_args.model_revision,
-        trust_remote_code=model_args.trust_remote_code,
+        trust_remote_code=training_args.trust_remote_code,
         attn_implementation=model_args.attn_implementation,
         dtype=model_args.dtype,
     )
     training_args.model_init_kwargs = {**init_kwargs, **(training_args.model_init_kwargs or {})}
     tokenizer = AutoTokenizer.from_pretrained(
         model_args.model_name_or_path, revision=model_args.model_revision, padding_side="left",
-        trust_remote_code=model_args.trust_remote_code,
+        trust_remote_code=training_args.trust_remote_code,
     )
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token

@@ -1,0 +1,136 @@
+"""The recipes end to end, offline and tiny: each script runs as a user runs it, in a subprocess."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RECIPES = os.path.join(ROOT, "recipes")
+FAST = ["--max_steps", "4", "--per_device_train_batch_size", "8", "--num_generations", "4",
+        "--max_completion_length", "12", "--logging_steps", "1", "--report_to", "none"]
+
+
+@pytest.fixture(scope="module")
+def coldstart_cache(tmp_path_factory):
+    """A cache holding an (untrained) tiny model where the embedded default looks for its cold-start model, so the
+    tests exercise the embedded path without spending minutes on the cold start."""
+    from gspo_recipes.coldstart import coldstart_dir
+    from gspo_recipes.tiny import build_tiny_model_and_tokenizer
+
+    cache = tmp_path_factory.mktemp("cache")
+    model, tokenizer = build_tiny_model_and_tokenizer()
+    model.save_pretrained(coldstart_dir(cache))
+    tokenizer.save_pretrained(coldstart_dir(cache))
+    return str(cache)
+
+
+def run(args, cwd, cache=None, launcher=None, check=True):
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    if cache:
+        env["GSPO_RECIPES_CACHE"] = cache
+    command = (launcher or [sys.executable]) + args
+    result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    if check and result.returncode != 0:
+        raise AssertionError(f"{' '.join(command)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}")
+    return result
+
+
+def diagnostics_steps(output_dir):
+    with open(os.path.join(output_dir, "gspo_diagnostics.jsonl")) as f:
+        return [json.loads(line)["step"] for line in f]
+
+
+def logged_steps(output_dir):
+    with open(os.path.join(output_dir, "trainer_state.json")) as f:
+        return [entry["step"] for entry in json.load(f)["log_history"] if "loss" in entry]
+
+
+@pytest.mark.parametrize("recipe", ["math_gspo.py", "code_gspo.py"])
+def test_offline_default_runs_end_to_end(recipe, tmp_path):
+    out = tmp_path / "out"
+    result = run([os.path.join(RECIPES, recipe), "--config", os.path.join(RECIPES, "configs",
+                  recipe.replace(".py", "_offline.yaml")), "--output_dir", str(out), *FAST], cwd=tmp_path)
+    assert "Real recipe:" in result.stdout and "gspo report" in result.stdout
+    assert diagnostics_steps(out) == [1, 2, 3, 4]
+    with open(out / "trainer_state.json") as f:
+        history = json.load(f)["log_history"]
+    reward_name = "rewards/math_accuracy/mean" if recipe == "math_gspo.py" else "rewards/code_execution/mean"
+    assert any(reward_name in entry for entry in history), "scored with the real reward function"
+
+
+def test_gsm8k_stopped_and_resumed_ends_like_an_uninterrupted_run(tmp_path, coldstart_cache):
+    """Also the embedded default (no model, no dataset): the cold-start path with a pre-built cache."""
+    common = [os.path.join(RECIPES, "gsm8k_gspo.py"), *FAST, "--lr_scheduler_type", "constant",
+              "--save_strategy", "steps", "--save_steps", "4"]
+    whole, resumed = tmp_path / "whole", tmp_path / "resumed"
+    result = run([*common, "--max_steps", "8", "--output_dir", str(whole)], cwd=tmp_path, cache=coldstart_cache)
+    assert "cold-start tiny model" in result.stdout and "recipes/configs/gsm8k_gspo.yaml" in result.stdout
+    # Stopped after step 6: the last checkpoint is step 4, and the diagnostics already hold steps 5 and 6.
+    run([*common, "--max_steps", "6", "--output_dir", str(resumed)], cwd=tmp_path, cache=coldstart_cache)
+    assert diagnostics_steps(resumed) == list(range(1, 7))
+    run([*common, "--max_steps", "8", "--output_dir", str(resumed), "--resume_from_checkpoint",
+         str(resumed / "checkpoint-4")], cwd=tmp_path, cache=coldstart_cache)
+
+    assert diagnostics_steps(resumed) == diagnostics_steps(whole) == list(range(1, 9))
+    assert logged_steps(resumed) == logged_steps(whole) == list(range(1, 9))
+    from safetensors.torch import load_file
+
+    final_whole = load_file(whole / "model.safetensors")
+    final_resumed = load_file(resumed / "model.safetensors")
+    assert all(torch.equal(final_whole[name], final_resumed[name]) for name in final_whole)
+
+
+def test_gsm8k_real_path_with_a_local_dataset_and_model(tmp_path):
+    """--model_name_or_path and a local .jsonl, with renamed columns: the chat template path of the real recipe."""
+    from gspo_recipes.data.synthetic_gsm import make_gsm_problems
+    from gspo_recipes.tiny import build_tiny_model_and_tokenizer
+
+    model, tokenizer = build_tiny_model_and_tokenizer()
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    with open(tmp_path / "data.jsonl", "w") as f:
+        for row in make_gsm_problems(32):
+            f.write(json.dumps({"q": row["question"], "answer": row["answer"]}) + "\n")
+    out = tmp_path / "out"
+    run([os.path.join(RECIPES, "gsm8k_gspo.py"), *FAST, "--max_steps", "2", "--model_name_or_path",
+         str(tmp_path / "model"), "--dataset_name", str(tmp_path / "data.jsonl"), "--column_map", "question=q",
+         "--output_dir", str(out), "--use_peft", "--lora_target_modules", "q_proj", "v_proj"], cwd=tmp_path)
+    assert diagnostics_steps(out) == [1, 2]
+    assert os.path.exists(out / "adapter_config.json"), "LoRA through ModelConfig"
+
+
+def test_missing_column_fails_before_loading_a_model(tmp_path):
+    with open(tmp_path / "data.jsonl", "w") as f:
+        f.write(json.dumps({"problem_text": "1+1?", "answer": "#### 2"}) + "\n")
+    result = run([os.path.join(RECIPES, "gsm8k_gspo.py"), "--dataset_name", str(tmp_path / "data.jsonl"),
+                  "--model_name_or_path", "no/such-model", "--output_dir", str(tmp_path / "out")],
+                 cwd=tmp_path, check=False)
+    assert result.returncode != 0
+    assert "no column 'question'" in result.stderr
+    assert "['problem_text', 'answer']" in result.stderr and "--column_map question=" in result.stderr
+    assert "Traceback" not in result.stderr and "no/such-model" not in result.stderr
+
+
+def test_bad_yaml_key_names_the_field(tmp_path):
+    config = tmp_path / "bad.yaml"
+    config.write_text("output_dir: out\nlearning_rat: 0.1\n")
+    result = run([os.path.join(RECIPES, "math_gspo.py"), "--config", str(config)], cwd=tmp_path, check=False)
+    assert result.returncode == 2
+    assert "learning_rat" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_gsm8k_on_two_cpu_processes(tmp_path, coldstart_cache):
+    out = tmp_path / "out"
+    launcher = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+                os.path.join(RECIPES, "accelerate_configs", "cpu_2proc.yaml")]
+    run([os.path.join(RECIPES, "gsm8k_gspo.py"), *FAST, "--output_dir", str(out)], cwd=tmp_path,
+        cache=coldstart_cache, launcher=launcher)
+    with open(out / "gspo_diagnostics.jsonl") as f:
+        lines = [json.loads(line) for line in f]
+    assert [line["step"] for line in lines] == [1, 2, 3, 4]
+    # Each process holds 8 responses per step; the diagnostics gather both.
+    assert all(line["responses"] == 16 for line in lines)
