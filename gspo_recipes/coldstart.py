@@ -1,37 +1,55 @@
 """The cold-start model of the embedded default recipe: a tiny LM fine-tuned to answer grade-school word problems.
 
 The GSPO paper starts RL from a cold-start fine-tuned model, one that already solves some problems. This module
-makes such a model offline and in minutes on a CPU: the character-level tokenizer and Qwen2-style decoder of
-`gspo_recipes.tiny` (about a million parameters), trained with a plain PyTorch loop on problems from
-`gspo_recipes.data.synthetic_gsm` to write `<calculation lines>\\n#### N` and then EOS after `question +
-PROMPT_SUFFIX`. The loss covers the completion only. Training is short on purpose: the model learns the format and
-most of the arithmetic, but sampled at temperature 1.0 it gets only part of the answers right, so RL has room to
-improve.
+makes such a model offline, in about 3-4 minutes on 2 CPU cores: the character-level tokenizer and Qwen2-style
+decoder of `gspo_recipes.tiny` (hidden 128, 4 layers, 998,528 parameters), trained from scratch with a plain PyTorch
+loop for 800 steps of 32 fresh problems from `gspo_recipes.data.synthetic_gsm`. It learns to write
+`<calculation lines>\n#### N` and EOS after `question + PROMPT_SUFFIX` (the loss covers that completion only).
 
-`load_or_build_coldstart_model()` trains it on first use (a few minutes on 2 CPU cores, with progress printed) and
-caches it under `$GSPO_RECIPES_CACHE` (default `~/.cache/gspo_recipes`) in a folder named after `COLDSTART_VERSION`;
-later calls load it in well under a second. `scripts/build_coldstart_model.py` rebuilds it from scratch.
+The fine-tuning data has a deliberate flaw, the kind weak SFT data has: 70% of the two-step solutions stop after
+their first step (`shortcut_rate`). The model learns each step's arithmetic well but, sampled at temperature 1.0,
+stops early on about 70% of two-step problems; it answers about 45% of held-out problems right (greedy decoding
+always stops early, so it scores lower). GSPO's accuracy reward then teaches it to finish the calculation, which
+lifts the batch reward towards 80% within a few dozen steps: the visible learning of the embedded recipe.
+
+`load_or_build_coldstart_model()` trains it on first use (progress printed) and caches it under
+`$GSPO_RECIPES_CACHE` (default `~/.cache/gspo_recipes`) in a folder named after `COLDSTART_VERSION` and a hash of
+the `ColdStartConfig`; later calls load it in well under a second. `scripts/build_coldstart_model.py` rebuilds it from
+scratch. Training is deterministic for a given seed, CPU type and thread count.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import os
+import random
 import shutil
 import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
 
-from .data.synthetic_gsm import format_prompt, is_correct, make_gsm_problems
+from .data.synthetic_gsm import PROMPT_SUFFIX, format_prompt, is_correct, make_gsm_problems
 from .tiny import build_model, build_tokenizer
 
 # Bump whenever the data, the model shape or the training changes: the cache folder is named after it, so an
 # incompatible change rebuilds the model instead of loading a stale one.
 COLDSTART_VERSION = "v1"
+
+# The saved tokenizer's chat template renders a conversation as the plain prompt the model was trained on (the user
+# turns, then PROMPT_SUFFIX; system turns are dropped), so a recipe that passes chat messages holding the bare
+# question samples from the same distribution as one that passes `format_prompt(question)` as plain text.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}{% if message['role'] == 'user' %}{{ message['content'] }}{% endif %}{% endfor %}"
+    # the suffix goes in as a string literal: a raw newline right after a block tag would be trimmed
+    "{% if add_generation_prompt %}{{ " + json.dumps(PROMPT_SUFFIX) + " }}{% endif %}"
+)
 
 EVAL_SEED = 1_000_003  # held-out problems for accuracy checks; training draws from `ColdStartConfig.seed`
 
@@ -45,11 +63,15 @@ class ColdStartConfig:
     num_heads: int = 4
     intermediate_size: int = 512
     max_position_embeddings: int = 256  # prompt (<= ~110 characters) + completion (<= ~30) fit easily
-    steps: int = 2000
+    steps: int = 800
     batch_size: int = 32
     learning_rate: float = 3e-3
     warmup_steps: int = 100
     weight_decay: float = 0.01
+    # Fraction of two-step training solutions cut after their first step (`#### N` then gives that step's result),
+    # the kind of flaw weak fine-tuning data has. The model learns to stop early about that often, which is what the
+    # RL run's accuracy reward then trains away: the visible learning of the embedded recipe.
+    shortcut_rate: float = 0.7
     seed: int = 0
 
 
@@ -57,9 +79,22 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("GSPO_RECIPES_CACHE") or Path.home() / ".cache" / "gspo_recipes")
 
 
-def coldstart_dir(cache_dir: str | os.PathLike | None = None) -> Path:
-    """Where the cached model and tokenizer live (the folder name carries the version)."""
-    return Path(cache_dir or default_cache_dir()) / f"coldstart-{COLDSTART_VERSION}"
+def coldstart_dir(cache_dir: str | os.PathLike | None = None, config: ColdStartConfig = ColdStartConfig()) -> Path:
+    """Where the cached model and tokenizer live: the folder name carries the version and a hash of the config."""
+    config_hash = hashlib.sha256(json.dumps(asdict(config), sort_keys=True).encode()).hexdigest()[:8]
+    return Path(cache_dir or default_cache_dir()) / f"coldstart-{COLDSTART_VERSION}-{config_hash}"
+
+
+def with_shortcuts(problems: list[dict], rate: float, seed: int) -> list[dict]:
+    """Copies of `problems` where, at `rate`, a two-step solution stops after its first step."""
+    rng = random.Random(seed)
+    shortcut = []
+    for problem in problems:
+        first, *rest = problem["answer"].split("\n")
+        if len(rest) == 2 and rng.random() < rate:  # two calculation lines, then `#### N`
+            problem = {**problem, "answer": f"{first}\n#### {first.split('=')[-1]}"}
+        shortcut.append(problem)
+    return shortcut
 
 
 def encode_for_training(problems: list[dict], tokenizer) -> dict[str, torch.Tensor]:
@@ -87,10 +122,17 @@ def _learning_rate(step: int, config: ColdStartConfig) -> float:
 
 
 def train_coldstart(
-    config: ColdStartConfig = ColdStartConfig(), progress: bool = True
+    config: ColdStartConfig = ColdStartConfig(),
+    progress: bool = True,
+    on_step: Callable[[int, Qwen2ForCausalLM, PreTrainedTokenizerFast], None] | None = None,
 ) -> tuple[Qwen2ForCausalLM, PreTrainedTokenizerFast, list[float]]:
-    """Train a fresh model on `config.steps` batches of new problems; returns (model, tokenizer, per-step losses)."""
+    """Train a fresh model on `config.steps` batches of new problems; returns (model, tokenizer, per-step losses).
+
+    `on_step(step, model, tokenizer)`, if given, runs after each optimiser step (for checkpoints or evaluations;
+    it must leave the model in training mode).
+    """
     tokenizer = build_tokenizer(model_max_length=config.max_position_embeddings)
+    tokenizer.chat_template = CHAT_TEMPLATE
     model = build_model(
         tokenizer,
         hidden_size=config.hidden_size,
@@ -102,6 +144,7 @@ def train_coldstart(
     )
     # Every step sees fresh problems: the stream never repeats, so there is no overfitting to watch for.
     problems = make_gsm_problems(config.steps * config.batch_size, seed=config.seed)
+    problems = with_shortcuts(problems, config.shortcut_rate, seed=config.seed + 1)
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=config.learning_rate, betas=(0.9, 0.95), weight_decay=config.weight_decay
     )
@@ -119,6 +162,8 @@ def train_coldstart(
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         losses.append(loss.item())
+        if on_step is not None:
+            on_step(step + 1, model, tokenizer)
         if progress and ((step + 1) % report_every == 0 or step + 1 == config.steps):
             recent = losses[-report_every:]
             elapsed = time.perf_counter() - start
@@ -132,7 +177,7 @@ def train_coldstart(
 
 
 @torch.no_grad()
-def sampled_accuracy(
+def evaluate_accuracy(
     model,
     tokenizer,
     problems: list[dict] | None = None,
@@ -141,20 +186,23 @@ def sampled_accuracy(
     batch_size: int = 128,
     seed: int = 0,
 ) -> float:
-    """Fraction of held-out problems whose sampled completion ends in the right `#### N` (one sample each).
+    """Fraction of `problems` (default: 512 held-out ones) whose completion ends in the right `#### N`.
 
-    `temperature=0` decodes greedily; otherwise it samples as GRPO does (no top-k, no top-p).
+    One completion each: `temperature=0` decodes greedily, otherwise it samples as GRPO does (no top-k, no top-p).
     """
     problems = problems if problems is not None else make_gsm_problems(512, seed=EVAL_SEED)
     torch.manual_seed(seed)
     model.eval()
-    sampling = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0} if temperature else {}
+    if temperature:
+        sampling = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0}
+    else:
+        sampling = {"do_sample": False}
     correct = 0
     for start in range(0, len(problems), batch_size):
         chunk = problems[start : start + batch_size]
         inputs = tokenizer([format_prompt(p["question"]) for p in chunk], return_tensors="pt", padding=True)
         output = model.generate(
-            **inputs, max_new_tokens=max_new_tokens, do_sample=bool(temperature), **sampling,
+            **inputs, max_new_tokens=max_new_tokens, **sampling,
             pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
         )  # fmt: skip
         completions = tokenizer.batch_decode(output[:, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
@@ -162,20 +210,23 @@ def sampled_accuracy(
     return correct / len(problems)
 
 
-def save_atomically(model, tokenizer, target: Path, extra: dict | None = None) -> None:
+def save_atomically(model, tokenizer, target: Path, extra: dict | None = None, replace: bool = False) -> None:
     """Write model and tokenizer to a temporary sibling folder, then rename it: a crash never leaves half a cache.
 
-    When another process got there first (two ranks building at once), its copy is kept and ours is dropped.
+    An existing `target` is swapped out only once the new copy is complete (`replace`), or else kept: when another
+    process got there first (two ranks building at once), its copy stays and ours is dropped.
     """
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    os.chmod(staging, 0o755)  # mkdtemp makes it private; the cache is as readable as any other folder
+    retired = staging.with_name(staging.name + "-old")
     try:
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
         if extra:
-            import json
-
             (staging / "coldstart.json").write_text(json.dumps(extra, indent=2) + "\n")
+        if replace and target.exists():
+            os.rename(target, retired)
         try:
             os.rename(staging, target)
         except OSError:
@@ -183,9 +234,11 @@ def save_atomically(model, tokenizer, target: Path, extra: dict | None = None) -
                 raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+        shutil.rmtree(retired, ignore_errors=True)
 
 
 def load_coldstart_model(path: str | os.PathLike) -> tuple[Qwen2ForCausalLM, PreTrainedTokenizerFast]:
+    """A saved cold-start (model, tokenizer), the model in eval mode."""
     model = Qwen2ForCausalLM.from_pretrained(path)
     tokenizer = PreTrainedTokenizerFast.from_pretrained(path)
     model.eval()
@@ -193,12 +246,19 @@ def load_coldstart_model(path: str | os.PathLike) -> tuple[Qwen2ForCausalLM, Pre
 
 
 def build_coldstart_model(
-    out_dir: str | os.PathLike, config: ColdStartConfig = ColdStartConfig(), progress: bool = True
+    out_dir: str | os.PathLike,
+    config: ColdStartConfig = ColdStartConfig(),
+    progress: bool = True,
+    replace: bool = False,
 ) -> tuple[Qwen2ForCausalLM, PreTrainedTokenizerFast]:
-    """Train the cold-start model from scratch and save it (atomically) to `out_dir`."""
+    """Train the cold-start model from scratch and save it atomically to `out_dir` (see `save_atomically`)."""
     start = time.perf_counter()
     if progress:
-        print(f"[coldstart] training the cold-start model ({config.steps} steps); this runs once", flush=True)
+        print(
+            f"[coldstart] training the cold-start model into {out_dir}: {config.steps} steps, about 3 minutes on "
+            "2 CPU cores. This happens once; later runs load it.",
+            flush=True,
+        )
     model, tokenizer, losses = train_coldstart(config, progress=progress)
     info = {
         "version": COLDSTART_VERSION,
@@ -207,19 +267,20 @@ def build_coldstart_model(
         "final_loss": sum(losses[-50:]) / len(losses[-50:]),
         "train_seconds": round(time.perf_counter() - start, 1),
     }
-    save_atomically(model, tokenizer, Path(out_dir), extra=info)
+    save_atomically(model, tokenizer, Path(out_dir), extra=info, replace=replace)
     if progress:
         print(f"[coldstart] saved to {out_dir} after {info['train_seconds']}s", flush=True)
     return model, tokenizer
 
 
 def load_or_build_coldstart_model(
-    cache_dir: str | os.PathLike | None = None, rebuild: bool = False, progress: bool = True
+    cache_dir: str | os.PathLike | None = None,
+    rebuild: bool = False,
+    progress: bool = True,
+    config: ColdStartConfig = ColdStartConfig(),
 ) -> tuple[Qwen2ForCausalLM, PreTrainedTokenizerFast]:
     """The cached cold-start (model, tokenizer), trained and cached first if missing (or if `rebuild`)."""
-    path = coldstart_dir(cache_dir)
-    if rebuild and path.exists():
-        shutil.rmtree(path)
-    if not (path / "config.json").exists():
-        build_coldstart_model(path, progress=progress)
+    path = coldstart_dir(cache_dir, config)
+    if rebuild or not (path / "config.json").exists():
+        build_coldstart_model(path, config, progress=progress, replace=rebuild)
     return load_coldstart_model(path)

@@ -1,0 +1,180 @@
+"""The synthetic GSM8K-format data and the cold-start training loop, on tiny configs (seconds, no network)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+import torch
+
+from gspo_recipes import coldstart
+from gspo_recipes.coldstart import ColdStartConfig, encode_for_training, load_or_build_coldstart_model, train_coldstart
+from gspo_recipes.data.synthetic_gsm import (
+    PROMPT_SUFFIX,
+    extract_final_answer,
+    format_prompt,
+    is_correct,
+    make_gsm_dataset,
+    make_gsm_problems,
+)
+from gspo_recipes.tiny import build_model, build_tokenizer
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models train faster on one thread, and far faster than on two when other jobs share the cores."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+# A model small enough to train 20 steps in a second or two.
+TINY = ColdStartConfig(
+    hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, steps=20, batch_size=8,
+    learning_rate=1e-2, warmup_steps=5,
+)  # fmt: skip
+
+
+def test_generator_is_deterministic_and_seeded():
+    assert make_gsm_problems(50, seed=3) == make_gsm_problems(50, seed=3)
+    assert make_gsm_problems(50, seed=3) != make_gsm_problems(50, seed=4)
+    assert make_gsm_problems(10, seed=3) == make_gsm_problems(50, seed=3)[:10]
+
+
+def test_answers_are_gsm8k_format_and_the_arithmetic_is_right():
+    line = re.compile(r"^(\d+)([+\-*])(\d+)=(-?\d+)$")
+    for problem in make_gsm_problems(500, seed=0):
+        *work, final = problem["answer"].split("\n")
+        assert final.startswith("#### ") and 1 <= len(work) <= 2
+        previous = None
+        for calculation in work:
+            x, op, y, z = line.match(calculation).groups()
+            assert int(z) == {"+": int(x) + int(y), "-": int(x) - int(y), "*": int(x) * int(y)}[op]
+            assert int(z) >= 0
+            if op == "-":  # subtractions never borrow: the tens stay, the last digit goes down
+                assert int(y) <= int(x) % 10
+            if previous is not None:  # the second line builds on the first
+                assert previous in (x, y)
+            previous = z
+        assert extract_final_answer(problem["answer"]) == previous
+        # the numbers the first line starts from are stated in the question
+        first = line.match(work[0]).groups()
+        assert re.search(rf"\b{first[0]}\b", problem["question"]) and re.search(rf"\b{first[2]}\b", problem["question"])
+
+
+def test_problems_vary():
+    problems = make_gsm_problems(300, seed=0)
+    assert len({p["question"] for p in problems}) > 290
+    assert {op for p in problems for op in "+-*" if op in p["answer"]} == {"+", "-", "*"}
+    assert {p["answer"].count("\n") for p in problems} == {1, 2}  # one and two operations
+
+
+def test_exact_match_check():
+    assert extract_final_answer("3+4=7\n#### 7") == "7"
+    assert extract_final_answer("#### 1,200") == "1200"
+    assert extract_final_answer("3+4=7") is None
+    assert is_correct("3+4=7\n#### 7", "3+4=7\n#### 7")
+    assert is_correct("garbage then #### 7", "3+4=7\n#### 7")
+    assert not is_correct("3+4=8\n#### 8", "3+4=7\n#### 7")
+    assert not is_correct("3+4=7", "3+4=7\n#### 7")  # no final answer, no credit
+
+
+def test_dataset_has_gsm8k_columns_and_a_prompt():
+    dataset = make_gsm_dataset(8, seed=1)
+    assert set(dataset.column_names) == {"prompt", "question", "answer"}
+    assert dataset[0]["prompt"] == dataset[0]["question"] + PROMPT_SUFFIX == format_prompt(dataset[0]["question"])
+    assert set(make_gsm_dataset(8, seed=1, with_prompt=False).column_names) == {"question", "answer"}
+
+
+def test_shortcuts_cut_two_step_solutions_after_their_first_step():
+    problems = make_gsm_problems(200, seed=0)
+    assert coldstart.with_shortcuts(problems, 0.0, seed=1) == problems
+    cut = coldstart.with_shortcuts(problems, 1.0, seed=1)
+    for before, after in zip(problems, cut):
+        assert after["question"] == before["question"]
+        lines = before["answer"].split("\n")
+        if len(lines) == 2:  # one step: never cut
+            assert after == before
+        else:
+            assert after["answer"] == f"{lines[0]}\n#### {lines[0].split('=')[1]}"
+    half = coldstart.with_shortcuts(problems, 0.5, seed=1)
+    assert half == coldstart.with_shortcuts(problems, 0.5, seed=1)
+    assert 0 < sum(a != b for a, b in zip(half, problems)) < sum(a != b for a, b in zip(cut, problems))
+
+
+def test_training_labels_cover_the_answer_and_eos_only():
+    tokenizer = build_tokenizer()
+    problems = make_gsm_problems(4, seed=0)
+    batch = encode_for_training(problems, tokenizer)
+    for row, problem in enumerate(problems):
+        labelled = batch["labels"][row][batch["labels"][row] != -100].tolist()
+        assert labelled[-1] == tokenizer.eos_token_id
+        assert tokenizer.decode(labelled[:-1]) == problem["answer"]
+        length = int(batch["attention_mask"][row].sum())
+        prompt = tokenizer.decode(batch["input_ids"][row, : length - len(labelled)].tolist())
+        assert prompt == format_prompt(problem["question"])  # no BOS: TRL tokenizes plain prompts the same way
+
+
+def test_short_training_lowers_the_loss_and_is_deterministic():
+    _, _, losses = train_coldstart(TINY, progress=False)
+    _, _, again = train_coldstart(TINY, progress=False)
+    assert losses == again
+    assert sum(losses[-5:]) / 5 < sum(losses[:5]) / 5 - 0.5
+
+
+def test_cache_is_built_once_and_round_trips(tmp_path, monkeypatch):
+    model, tokenizer = load_or_build_coldstart_model(cache_dir=tmp_path, progress=False, config=TINY)
+    (cached,) = [p for p in tmp_path.iterdir()]
+    assert cached.name.startswith(f"coldstart-{coldstart.COLDSTART_VERSION}-")  # no staging folder left behind
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("the cached model should have been loaded, not retrained")
+
+    monkeypatch.setattr(coldstart, "train_coldstart", no_training)
+    loaded, loaded_tokenizer = load_or_build_coldstart_model(cache_dir=tmp_path, progress=False, config=TINY)
+    prompts = [format_prompt(p["question"]) for p in make_gsm_problems(3, seed=9)]
+    inputs = tokenizer(prompts, return_tensors="pt", padding=True)
+    assert loaded_tokenizer(prompts)["input_ids"] == tokenizer(prompts)["input_ids"]
+    assert loaded_tokenizer.padding_side == "left" and loaded_tokenizer.chat_template == coldstart.CHAT_TEMPLATE
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(**inputs).logits, model(**inputs).logits)
+
+
+def test_rebuild_replaces_the_cache_and_leaves_nothing_else(tmp_path):
+    load_or_build_coldstart_model(cache_dir=tmp_path, progress=False, config=TINY)
+    (cached,) = list(tmp_path.iterdir())
+    (cached / "marker").write_text("old copy")
+    load_or_build_coldstart_model(cache_dir=tmp_path, rebuild=True, progress=False, config=TINY)
+    assert list(tmp_path.iterdir()) == [cached] and not (cached / "marker").exists()
+
+
+def test_default_model_is_the_documented_size():
+    config = ColdStartConfig()
+    tokenizer = build_tokenizer()
+    model = build_model(
+        tokenizer, config.hidden_size, config.num_layers, config.num_heads, config.intermediate_size,
+        config.max_position_embeddings,
+    )  # fmt: skip
+    assert sum(p.numel() for p in model.parameters()) == 998_528
+
+
+def test_chat_prompts_render_as_the_trained_plain_prompt():
+    _, tokenizer, _ = train_coldstart(dataclasses.replace(TINY, steps=1), progress=False)
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "How many?"}]
+    rendered = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    assert rendered == format_prompt("How many?")
+
+
+def test_a_changed_config_gets_its_own_cache_folder():
+    assert coldstart.coldstart_dir("/c", TINY) != coldstart.coldstart_dir("/c", ColdStartConfig())
+    assert coldstart.coldstart_dir("/c") == coldstart.coldstart_dir("/c", ColdStartConfig())
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_accuracy_check_runs_on_an_untrained_model(temperature):
+    tokenizer = build_tokenizer()
+    model = build_model(tokenizer, hidden_size=16, num_layers=1)
+    problems = make_gsm_problems(4, seed=0)
+    assert coldstart.evaluate_accuracy(model, tokenizer, problems, temperature, max_new_tokens=4) == 0.0
