@@ -51,6 +51,10 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}{{ " + json.dumps(PROMPT_SUFFIX) + " }}{% endif %}"
 )
 
+# The default model ships with the package (3.9 MB), so the embedded recipe starts training at once; it is exactly
+# what `scripts/build_coldstart_model.py` builds from this code.
+SHIPPED_DIR = Path(__file__).parent / "assets"
+
 EVAL_SEED = 1_000_003  # held-out problems for accuracy checks; training draws from `ColdStartConfig.seed`
 
 
@@ -279,8 +283,14 @@ def load_or_build_coldstart_model(
     progress: bool = True,
     config: ColdStartConfig = ColdStartConfig(),
 ) -> tuple[Qwen2ForCausalLM, PreTrainedTokenizerFast]:
-    """The cached cold-start (model, tokenizer), trained and cached first if missing (or if `rebuild`)."""
+    """The cold-start (model, tokenizer): from the cache if built there, else the copy shipped with the package
+    (the same model, built by `scripts/build_coldstart_model.py`), else trained and cached first. `rebuild` always
+    trains anew. A change to `ColdStartConfig` or `COLDSTART_VERSION` changes the folder name, so a stale cache or
+    shipped copy is never used for a different configuration."""
     path = coldstart_dir(cache_dir, config)
+    shipped = SHIPPED_DIR / path.name
+    if not rebuild and not (path / "config.json").exists() and (shipped / "config.json").exists():
+        return load_coldstart_model(shipped)
     if rebuild or not (path / "config.json").exists():
         build_coldstart_model(path, config, progress=progress, replace=rebuild)
     return load_coldstart_model(path)

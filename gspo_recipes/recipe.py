@@ -154,8 +154,19 @@ def banner(lines: list[str]) -> None:
         print("\n".join(["=" * 100, *lines, "=" * 100]), flush=True)
 
 
-def end_banner(output_dir: str) -> None:
+def reward_trend(log_history: list[dict]) -> str:
+    """'reward: first fifth X -> last fifth Y over N logged steps', from the trainer's log history."""
+    rewards = [entry["reward"] for entry in log_history if entry.get("reward") is not None]
+    if len(rewards) < 5:
+        return f"reward over {len(rewards)} logged steps: {rewards}"
+    fifth = len(rewards) // 5
+    first, last = sum(rewards[:fifth]) / fifth, sum(rewards[-fifth:]) / fifth
+    return f"reward: first fifth {first:.3f} -> last fifth {last:.3f} ({last - first:+.3f}) over {len(rewards)} logged steps"
+
+
+def end_banner(output_dir: str, log_history: list[dict]) -> None:
     banner([
+        reward_trend(log_history),
         f"Done. Logs and checkpoints: {output_dir}",
         f"  diagnostics: {os.path.join(output_dir, 'gspo_diagnostics.jsonl')}",
         f"  figures:     gspo report {output_dir}   (writes PNGs and gspo_report.txt next to the logs)",

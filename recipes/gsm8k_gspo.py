@@ -94,7 +94,7 @@ def main():
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
     trainer.save_state()
-    end_banner(training_args.output_dir)
+    end_banner(training_args.output_dir, trainer.state.log_history)
 
 
 if __name__ == "__main__":

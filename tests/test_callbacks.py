@@ -109,7 +109,7 @@ def off_policy_window(log_s, adv, eps_low=3e-4, eps_high=4e-4):
 
 def test_health_warnings_once_per_occurrence(caplog):
     args = tiny_config("/tmp/unused-health")
-    health = HealthWarnings(quiet_steps=3)
+    health = HealthWarnings(quiet_steps=3, min_responses=1)
     wasted = off_policy_window([1e-3, 1e-3, -1e-3, 0.0], [1.0, 1.0, -1.0, 1.0])  # 2/3 positives clipped
     with caplog.at_level(logging.WARNING):
         health.check_window(wasted, args)
@@ -119,6 +119,18 @@ def test_health_warnings_once_per_occurrence(caplog):
     health.check_window(calm, args)  # clears the condition; the next occurrence warns again
     caplog.clear()
     with caplog.at_level(logging.WARNING):
+        health.check_window(wasted, args)
+    assert caplog.text.count("rollouts are wasted") == 1
+
+
+def test_health_shares_wait_for_enough_responses(caplog):
+    args = tiny_config("/tmp/unused-health")
+    health = HealthWarnings(min_responses=6)
+    wasted = off_policy_window([1e-3, 1e-3, -1e-3, -1e-3], [1.0, 1.0, -1.0, -1.0])  # 2 per side, all clipped
+    with caplog.at_level(logging.WARNING):
+        health.check_window(wasted, args)
+        health.check_window(wasted, args)
+        assert "rollouts are wasted" not in caplog.text  # 4 per side so far: too few to judge
         health.check_window(wasted, args)
     assert caplog.text.count("rollouts are wasted") == 1
 
@@ -137,7 +149,7 @@ def test_health_warning_trust_region_idle(caplog):
 
 def test_health_warning_one_sided_and_on_policy(caplog):
     args = tiny_config("/tmp/unused-health")
-    health = HealthWarnings()
+    health = HealthWarnings(min_responses=1)
     biased = off_policy_window([-1e-3] * 4, [1.0, 1.0, -1.0, -1.0])  # every log s_i shifted down
     with caplog.at_level(logging.WARNING):
         health.check_window(biased, args)

@@ -178,3 +178,15 @@ def test_accuracy_check_runs_on_an_untrained_model(temperature):
     model = build_model(tokenizer, hidden_size=16, num_layers=1)
     problems = make_gsm_problems(4, seed=0)
     assert coldstart.evaluate_accuracy(model, tokenizer, problems, temperature, max_new_tokens=4) == 0.0
+
+
+def test_shipped_model_is_the_one_the_code_builds_and_loads_without_training(tmp_path):
+    """The copy in gspo_recipes/assets must match ColdStartConfig and COLDSTART_VERSION; after changing either,
+    rebuild it: python scripts/build_coldstart_model.py --out gspo_recipes/assets/<the new folder name>."""
+    from gspo_recipes.coldstart import SHIPPED_DIR, coldstart_dir, load_or_build_coldstart_model
+
+    expected = coldstart_dir(tmp_path).name
+    assert (SHIPPED_DIR / expected / "model.safetensors").exists(), f"no shipped model named {expected}"
+    model, tokenizer = load_or_build_coldstart_model(cache_dir=tmp_path, progress=False)
+    assert model.config._name_or_path == str(SHIPPED_DIR / expected)
+    assert not any(tmp_path.iterdir()), "nothing was trained into the cache"

@@ -97,8 +97,9 @@ def write_lines(run_dir, lines):
 
 def test_one_sided_bias_is_warned_in_the_summary(tmp_path, capsys):
     # Every log s_i shifted down by 1e-3: all negative-advantage responses clipped low, no positive one clipped high.
-    signs, lengths = [1, -1] * 4, [4, 6, 10, 12, 14, 16, 5, 11]
-    lines = [crafted_line(step, -1e-3 + 1e-5 * np.arange(8), signs, lengths) for step in (1, 2, 3)]
+    # 64 responses per side per step: enough for the warnings to judge the shares at once (min_responses=64).
+    signs, lengths = [1, -1] * 64, [4, 6, 10, 12, 14, 16, 5, 11] * 16
+    lines = [crafted_line(step, -1e-3 + 1e-6 * np.arange(128), signs, lengths) for step in (1, 2, 3)]
     run_dir = write_lines(tmp_path / "biased", lines)
     code = rep.report(str(run_dir))
     summary = (run_dir / rep.SUMMARY_FILE).read_text()
