@@ -32,14 +32,16 @@ class ClipFractionByLengthCallback(TrainerCallback):
         length_buckets: upper bounds of the length buckets in tokens (default: powers of two up to
             `max_completion_length`).
         quiet_steps: warn when this many consecutive logged windows with off-policy responses clip nothing.
+        min_responses: judge the clipped shares of each side over at least this many off-policy responses,
+            pooled across logging steps.
     """
 
-    def __init__(self, trainer, length_buckets: list[int] | None = None, quiet_steps: int = 20):
+    def __init__(self, trainer, length_buckets: list[int] | None = None, quiet_steps: int = 20,
+                 min_responses: int = 64):
         self.trainer = trainer
         self.stats = attach_response_stats(trainer)
         self.buckets = make_length_buckets(trainer.args.max_completion_length, length_buckets)
-        self.quiet_steps = quiet_steps
-        self.warnings = HealthWarnings(quiet_steps)
+        self.warnings = HealthWarnings(quiet_steps, min_responses)
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.warnings.check_setup(is_on_policy_setup(self.trainer))
