@@ -71,14 +71,17 @@ class ResponseStats:
         return local
 
 
-def _gather(local: dict[str, torch.Tensor], accelerator) -> dict[str, torch.Tensor]:
-    """Concatenate each field across processes; processes may hold different numbers of responses."""
-    stacked = torch.stack([local[name] for name in FIELDS]).to(accelerator.device)  # (fields, n_local)
-    count = torch.tensor([stacked.shape[1]], device=accelerator.device)
-    counts = accelerator.gather(count).tolist()
-    padded = accelerator.pad_across_processes(stacked, dim=1)
+def gather_columns(values: torch.Tensor, accelerator) -> torch.Tensor:
+    """Concatenate (fields, n) tensors across processes along n; processes may hold different n."""
+    values = values.to(accelerator.device)
+    counts = accelerator.gather(torch.tensor([values.shape[1]], device=accelerator.device)).tolist()
+    padded = accelerator.pad_across_processes(values, dim=1)
     gathered = accelerator.gather(padded.unsqueeze(0)).cpu()  # (processes, fields, n_max)
-    merged = torch.cat([gathered[rank, :, :n] for rank, n in enumerate(counts)], dim=1)
+    return torch.cat([gathered[rank, :, :n] for rank, n in enumerate(counts)], dim=1)
+
+
+def _gather(local: dict[str, torch.Tensor], accelerator) -> dict[str, torch.Tensor]:
+    merged = gather_columns(torch.stack([local[name] for name in FIELDS]), accelerator)
     return {name: merged[i] for i, name in enumerate(FIELDS)}
 
 

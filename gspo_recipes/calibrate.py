@@ -16,7 +16,8 @@ import os
 
 import torch
 
-DIAGNOSTICS_FILE = "gspo_diagnostics.jsonl"
+from .report import DIAGNOSTICS_FILE, read_diagnostics
+
 
 
 def calibrate_epsilons(log_s: torch.Tensor, advantage_sign: torch.Tensor, target_clip: float) -> tuple[float, float]:
@@ -59,28 +60,20 @@ def _share(flags: torch.Tensor, selected: torch.Tensor) -> float:
 
 def read_off_policy(path: str, max_step: int | None = None) -> dict:
     """Pool the off-policy log s_i, advantage signs and lengths of a diagnostics file (up to `max_step`)."""
-    log_s, sign, length, steps, buckets, epsilons = [], [], [], [], None, None
-    with open(path) as f:
-        for line in f:
-            if not line.strip():
-                continue
-            record = json.loads(line)
-            if max_step is not None and record["step"] > max_step:
-                break
-            off = record["off_policy"]
-            log_s += off["log_s"]
-            sign += off["advantage_sign"]
-            length += off["length"]
-            steps.append(record["step"])
-            buckets = [(b["lo"], b["hi"]) for b in record["buckets"]]
-            epsilons = (record["epsilon_low"], record["epsilon_high"])
+    lines = [line for line in read_diagnostics(path) if max_step is None or line["step"] <= max_step]
+    log_s, sign, length = [], [], []
+    for line in lines:
+        off = line["off_policy"]
+        log_s += off["log_s"]
+        sign += off["advantage_sign"]
+        length += off["length"]
     return {
         "log_s": torch.tensor(log_s, dtype=torch.float64),
         "sign": torch.tensor(sign),
         "length": torch.tensor(length),
-        "steps": steps,
-        "buckets": buckets or [],
-        "epsilons": epsilons,
+        "steps": [line["step"] for line in lines],
+        "buckets": [(b["lo"], b["hi"]) for b in lines[-1]["buckets"]] if lines else [],
+        "epsilons": (lines[-1]["epsilon_low"], lines[-1]["epsilon_high"]) if lines else None,
     }
 
 
@@ -177,10 +170,10 @@ class EpsilonCalibration:
         """Gather the samples of every process and fix the range; a side with no samples keeps `current`."""
         values = torch.tensor([self.log_s, self.sign], dtype=torch.float64).reshape(2, -1)
         if accelerator is not None and accelerator.num_processes > 1:
-            counts = accelerator.gather(torch.tensor([values.shape[1]], device=accelerator.device)).tolist()
-            padded = accelerator.pad_across_processes(values.to(accelerator.device), dim=1)
-            gathered = accelerator.gather(padded.unsqueeze(0)).cpu()
-            values = torch.cat([gathered[rank, :, :n] for rank, n in enumerate(counts)], dim=1)
+            # imported here: the callbacks package loads transformers, which the `gspo` CLI does not need
+            from .callbacks.response_stats import gather_columns
+
+            values = gather_columns(values, accelerator)
         eps_low, eps_high = calibrate_epsilons(values[0], values[1], self.target_clip)
         self.epsilons = (_zero_nan(eps_low, current[0]), _zero_nan(eps_high, current[1]))
         self.log_s, self.sign = [], []

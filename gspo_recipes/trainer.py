@@ -182,12 +182,12 @@ class GSPOTrainer(GRPOTrainer):
         if mode == "train":  # TRL turns off the Trainer's own scaling for gradient accumulation
             loss = loss / self.current_gradient_accumulation_steps
 
-        low, high = clipped_sides(log_s, response_advantage(advantages, mask), self.epsilon_low, self.epsilon_high)
+        response_adv = response_advantage(advantages, mask)
+        low, high = clipped_sides(log_s, response_adv, self.epsilon_low, self.epsilon_high)
         lengths = mask.sum(-1)
         self._log_loss_metrics(mode, mask, entropies, low, high, lengths, per_token_kl if self.beta else None)
         if mode == "train":
             minibatch = minibatch_index(self)
-            response_adv = response_advantage(advantages, mask)
             if self.response_stats is not None:
                 self.response_stats.record(log_s, lengths, response_adv, low, high, minibatch)
             if self.calibration is not None and not self.calibration.done and minibatch > 1:
