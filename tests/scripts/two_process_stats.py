@@ -24,3 +24,7 @@ metrics = {**clip_fractions(window, buckets), **log_s_summary(window["log_s"][se
 if accelerator.is_main_process:
     with open(sys.argv[1], "w") as f:
         json.dump({"metrics": metrics, "responses": int(window["log_s"].numel())}, f)
+# Tear the process group down before exit: leaving it to interpreter shutdown can abort a rank
+# ("terminate called without an active exception") and fail the launch.
+accelerator.wait_for_everyone()
+torch.distributed.destroy_process_group()
