@@ -4,9 +4,13 @@ Each drops into any TRL `GRPOTrainer` with `importance_sampling_level="sequence"
 `trainer.add_callback(ClipFractionByLengthCallback(trainer))`. `GSPOTrainer` registers `default_callbacks` itself.
 """
 
-from .clip_fraction import ClipFractionByLengthCallback, HealthWarnings
-from .log_ratio_histogram import DIAGNOSTICS_FILE, LogRatioHistogramCallback
-from .response_stats import ResponseStats, attach_response_stats
+from gspo_recipes._trl import attach_response_stats
+from gspo_recipes.diagnostics_file import DIAGNOSTICS_FILE
+from gspo_recipes.health import HealthWarnings
+from gspo_recipes.response_stats import ResponseStats
+
+from .clip_fraction import ClipFractionByLengthCallback
+from .log_ratio_histogram import LogRatioHistogramCallback
 
 
 def default_callbacks(trainer) -> list:

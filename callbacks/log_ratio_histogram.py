@@ -8,30 +8,26 @@ At every logging step, over the off-policy responses seen since the previous one
 log s_i is 0 by construction) and gathered from all processes, it logs `gspo/log_s/{mean,std,min,max,p05,p50,p95}`
 and `gspo/log_s_std/len_{lo}-{hi}`; sends a histogram to TensorBoard, Weights & Biases and trackio when they are in
 `report_to`; and appends one JSON line to `gspo_diagnostics.jsonl` (read by `gspo report` and `gspo calibrate`).
-On resume the file keeps the lines up to the checkpoint's step and continues from there.
-Copy this file together with response_stats.py.
+On resume the file keeps the lines up to the checkpoint's step and continues from there. Other callbacks add
+sections to the line of a logging step by putting them in `trainer.gspo_diagnostics_sections` in their `on_step_end`
+(the line is written at `on_log`, after every callback's `on_step_end`). Copy this file into your project freely; it
+needs gspo-recipes installed.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 
 import torch
 from transformers import TrainerCallback
 
-from .response_stats import (
-    add_to_trainer_logs,
-    attach_response_stats,
-    bucket_label,
-    off_policy,
-)
-from .response_stats import length_buckets as make_length_buckets
+from gspo_recipes._trl import add_to_trainer_logs, attach_response_stats, has_off_policy_minibatches
+from gspo_recipes.diagnostics_file import append_line, diagnostics_path, keep_lines_up_to
+from gspo_recipes.response_stats import bucket_label, off_policy_responses
+from gspo_recipes.response_stats import length_buckets as make_length_buckets
 
 logger = logging.getLogger(__name__)
-
-DIAGNOSTICS_FILE = "gspo_diagnostics.jsonl"
 
 
 class LogRatioHistogramCallback(TrainerCallback):
@@ -49,7 +45,8 @@ class LogRatioHistogramCallback(TrainerCallback):
         self.stats = attach_response_stats(trainer)
         self.bins = bins
         self.buckets = make_length_buckets(trainer.args.max_completion_length, length_buckets)
-        self.path = os.path.join(trainer.args.output_dir, DIAGNOSTICS_FILE)
+        self.path = diagnostics_path(trainer.args.output_dir)
+        self.pending_line: dict | None = None  # built at on_step_end, written at on_log
 
     def on_train_begin(self, args, state, control, **kwargs):
         if state.is_world_process_zero:
@@ -62,7 +59,7 @@ class LogRatioHistogramCallback(TrainerCallback):
         window = self.stats.window(state.global_step, self.trainer.accelerator)
         if window["log_s"].numel() == 0:
             return
-        selected = off_policy(window, self.trainer)
+        selected = off_policy_responses(window, not has_off_policy_minibatches(self.trainer.args))
         log_s = window["log_s"][selected]
         counts, edges = [], []
         if log_s.numel():  # a window of on-policy minibatches only has no distribution to show
@@ -70,11 +67,21 @@ class LogRatioHistogramCallback(TrainerCallback):
             counts, edges = histogram(log_s, self.bins)
             if state.is_world_process_zero:
                 send_histogram_to_trackers(self.trainer, args, state.global_step, log_s, counts, edges)
-        if not state.is_world_process_zero:
+        self.pending_line = diagnostics_line(
+            state.global_step, window, selected, counts, edges, self.buckets, self.trainer
+        )
+
+    def on_log(self, args, state, control, **kwargs):
+        sections = getattr(self.trainer, "gspo_diagnostics_sections", None) or {}
+        line, self.pending_line = self.pending_line, None
+        if line is None and sections:  # another callback logged at a step without responses
+            line = {"step": state.global_step}
+        if line is None or line["step"] != state.global_step:
             return
-        line = diagnostics_line(state.global_step, window, selected, counts, edges, self.buckets, self.trainer)
-        with open(self.path, "a") as f:
-            f.write(json.dumps(line) + "\n")
+        line.update(sections)
+        sections.clear()
+        if state.is_world_process_zero:
+            append_line(self.path, line)
 
 
 def log_s_summary(log_s, window, selected, buckets) -> dict[str, float]:
@@ -144,19 +151,6 @@ def diagnostics_line(step, window, selected, counts, edges, buckets, trainer) ->
             "length": [int(v) for v in window["length"][later].tolist()],
         },
     }
-
-
-def keep_lines_up_to(path: str, step: int) -> None:
-    """Start a fresh file, or on resume keep the lines up to the checkpoint's step (later ones will be redone)."""
-    if step == 0 or not os.path.exists(path):
-        open(path, "w").close()
-        return
-    with open(path) as f:
-        kept = [line for line in f if line.strip() and json.loads(line)["step"] <= step]
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.writelines(kept)
-    os.replace(tmp, path)
 
 
 def send_histogram_to_trackers(trainer, args, step, values, counts, edges) -> None:

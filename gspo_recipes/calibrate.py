@@ -1,48 +1,28 @@
-"""Choosing the clip range from data: `gspo calibrate RUN_DIR --target-clip 0.1`.
+"""`gspo calibrate RUN_DIR --target-clip 0.1`: choose the clip range from a run's off-policy log s_i.
 
-The explainer's advice: measure log s_i on the first batches before fixing epsilon, because a range copied from the
-paper can clip most responses in a setting with more per-token drift. Calibration takes the off-policy responses
-(minibatches 2..k, where s_i can leave 1) and picks, per side, the epsilon that clips the target fraction of the
-responses that side can clip: epsilon_high from the responses with A > 0, epsilon_low from those with A < 0.
-
-`GSPOTrainer` does the same during its first `epsilon_calibration_steps` optimizer steps (see `calibrate_epsilons`).
+Reads RUN_DIR/gspo_diagnostics.jsonl and applies the same rule as the trainer's automatic calibration
+(gspo_recipes/calibration.py): per side, the epsilon that clips the target fraction of the responses that side can
+clip (epsilon_high from the responses with A > 0, epsilon_low from those with A < 0).
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
 
 import torch
 
-from .report import DIAGNOSTICS_FILE, read_diagnostics
-
-
-
-def calibrate_epsilons(log_s: torch.Tensor, advantage_sign: torch.Tensor, target_clip: float) -> tuple[float, float]:
-    """(epsilon_low, epsilon_high) that clip `target_clip` of the negative- and of the positive-advantage responses.
-
-    High side: s_i > 1 + epsilon_high for a fraction `target_clip` of the responses with A > 0, so
-    1 + epsilon_high = exp(quantile_{1 - target}(log s | A > 0)). Low side likewise with quantile_{target}(log s | A < 0).
-    A side whose quantile lies on the wrong side of 0 (the policy moved the other way) gets epsilon 0: even the
-    tightest range clips fewer than the target there. A side with no responses keeps `nan`.
-    """
-    if not 0.0 < target_clip < 1.0:
-        raise ValueError(f"target_clip must lie strictly between 0 and 1, got {target_clip}")
-    log_s = log_s.double()
-    positive, negative = log_s[advantage_sign > 0], log_s[advantage_sign < 0]
-    eps_high = math.expm1(max(torch.quantile(positive, 1.0 - target_clip).item(), 0.0)) if positive.numel() else math.nan
-    eps_low = -math.expm1(min(torch.quantile(negative, target_clip).item(), 0.0)) if negative.numel() else math.nan
-    return eps_low, eps_high
+from .calibration import calibrate_epsilons
+from .calibration import nan_to as _zero_nan
+from .diagnostics_file import DIAGNOSTICS_FILE, read_diagnostics
+from .loss import clipped_sides
 
 
 def clip_fraction_by_bucket(log_s, advantage_sign, lengths, eps_low, eps_high, buckets) -> list[dict]:
     """Per (lo, hi) length bucket, the share of the responses with A < 0 that (eps_low, eps_high) clips low and of
     those with A > 0 that it clips high: the same per-side fractions the target is set in."""
-    s = torch.exp(log_s.double())
+    low, high = clipped_sides(log_s.double(), advantage_sign, eps_low, eps_high)
     negative, positive = advantage_sign < 0, advantage_sign > 0
-    low, high = (s < 1 - eps_low) & negative, (s > 1 + eps_high) & positive
     rows = []
     for lo, hi in buckets:
         in_bucket = (lengths >= lo) & (lengths <= hi)
@@ -126,10 +106,6 @@ def run(args) -> int:
     return 0
 
 
-def _zero_nan(value: float, fallback: float = 0.0) -> float:
-    return fallback if math.isnan(value) else value
-
-
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "calibrate",
@@ -143,54 +119,3 @@ def register(subparsers) -> None:
                         help="fraction of responses to clip on each side (default 0.1)")
     parser.add_argument("--max-step", type=int, default=None, help="use only the logging steps up to this one")
     parser.set_defaults(func=run)
-
-
-class EpsilonCalibration:
-    """Automatic calibration inside `GSPOTrainer`: collect off-policy log s_i during the first `steps` optimizer
-    steps, then fix the clip range from their quantiles. Its state is saved with each checkpoint, so a resumed run
-    keeps the calibrated range (or the samples collected so far) and does not start over."""
-
-    STATE_FILE = "gspo_calibration.json"
-
-    def __init__(self, steps: int, target_clip: float):
-        self.steps, self.target_clip = steps, target_clip
-        self.log_s: list[float] = []
-        self.sign: list[int] = []
-        self.epsilons: tuple[float, float] | None = None  # set once calibrated
-
-    @property
-    def done(self) -> bool:
-        return self.epsilons is not None
-
-    def collect(self, log_s: torch.Tensor, advantages: torch.Tensor, off_policy: torch.Tensor) -> None:
-        self.log_s += log_s[off_policy].float().tolist()
-        self.sign += torch.sign(advantages[off_policy]).long().tolist()
-
-    def finish(self, accelerator, current: tuple[float, float]) -> tuple[float, float]:
-        """Gather the samples of every process and fix the range; a side with no samples keeps `current`."""
-        values = torch.tensor([self.log_s, self.sign], dtype=torch.float64).reshape(2, -1)
-        if accelerator is not None and accelerator.num_processes > 1:
-            # imported here: the callbacks package loads transformers, which the `gspo` CLI does not need
-            from .callbacks.response_stats import gather_columns
-
-            values = gather_columns(values, accelerator)
-        eps_low, eps_high = calibrate_epsilons(values[0], values[1], self.target_clip)
-        self.epsilons = (_zero_nan(eps_low, current[0]), _zero_nan(eps_high, current[1]))
-        self.log_s, self.sign = [], []
-        return self.epsilons
-
-    def save(self, folder: str) -> None:
-        state = {"steps": self.steps, "target_clip": self.target_clip, "epsilons": self.epsilons,
-                 "log_s": self.log_s, "sign": self.sign}
-        with open(os.path.join(folder, self.STATE_FILE), "w") as f:
-            json.dump(state, f)
-
-    def load(self, folder: str) -> bool:
-        path = os.path.join(folder, self.STATE_FILE)
-        if not os.path.exists(path):
-            return False
-        with open(path) as f:
-            state = json.load(f)
-        self.epsilons = tuple(state["epsilons"]) if state["epsilons"] is not None else None
-        self.log_s, self.sign = state["log_s"], state["sign"]
-        return True

@@ -35,9 +35,11 @@ Parameters that differ from `GRPOConfig`'s defaults:
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from trl import GRPOConfig
+
+from ._trl import has_off_policy_minibatches
 
 logger = logging.getLogger(__name__)
 
@@ -189,6 +191,15 @@ class GSPOConfig(GRPOConfig):
                 "the responses on each side)."
             )
         largest = max(self.epsilon, self.epsilon_high or 0.0)
+        if self.importance_sampling_level == "token" and largest < TOKEN_SIZED_EPSILON:
+            logger.warning(
+                "importance_sampling_level='token' with epsilon=%s, epsilon_high=%s: that is a sequence-level (GSPO) "
+                "clip range, but each token now has its own ratio, whose spread does not shrink with length, so "
+                "nearly every token is clipped and little is learned. For token-level ratios (GRPO) use epsilon=0.2, "
+                "epsilon_high=0.28 (or trl.GRPOConfig's defaults); for GSPO keep importance_sampling_level='sequence'.",
+                self.epsilon,
+                self.epsilon_high,
+            )
         if self.importance_sampling_level == "sequence" and largest >= TOKEN_SIZED_EPSILON:
             logger.warning(
                 "epsilon=%s, epsilon_high=%s is a token-level (GRPO) clip range, but the ratios are sequence-level: "
@@ -234,19 +245,56 @@ class GSPOConfig(GRPOConfig):
             )
 
     def _warn_if_on_policy(self) -> None:
-        optimizer_steps_per_generation = self.steps_per_generation * self.num_iterations
-        if optimizer_steps_per_generation <= self.gradient_accumulation_steps and self.epsilon_calibration_steps:
+        # TRL's own rule for when the old log-probabilities differ from the current ones (gspo_recipes/_trl.py).
+        if has_off_policy_minibatches(self):
+            return
+        if self.epsilon_calibration_steps:
             raise ValueError(
-                "epsilon_calibration_steps needs off-policy minibatches, but there is one optimizer step per "
-                "generation batch. Set num_minibatches > 1, or epsilon_calibration_steps=0."
+                "epsilon_calibration_steps needs off-policy minibatches, but every micro-step of a generation batch "
+                f"falls in one optimizer step (steps_per_generation={self.steps_per_generation} x num_iterations="
+                f"{self.num_iterations} divides gradient_accumulation_steps={self.gradient_accumulation_steps}). "
+                "Set num_minibatches > 1, or epsilon_calibration_steps=0."
             )
-        if optimizer_steps_per_generation <= self.gradient_accumulation_steps:
-            logger.warning(
-                "One optimizer step per generation batch (steps_per_generation=%s, num_iterations=%s, "
-                "gradient_accumulation_steps=%s): training is fully on-policy, every s_i is exactly 1, nothing is "
-                "ever clipped and GSPO equals GRPO. Set num_minibatches (or steps_per_generation) to 4 x "
-                "gradient_accumulation_steps for the paper's four minibatch updates per rollout batch.",
-                self.steps_per_generation,
-                self.num_iterations,
-                self.gradient_accumulation_steps,
-            )
+        logger.warning(
+            "Every micro-step of a generation batch falls in one optimizer step (steps_per_generation=%s x "
+            "num_iterations=%s divides gradient_accumulation_steps=%s): training is fully on-policy, every s_i is "
+            "exactly 1, nothing is ever clipped and GSPO equals GRPO. Set num_minibatches (or steps_per_generation) "
+            "to 4 x gradient_accumulation_steps for the paper's four minibatch updates per rollout batch.",
+            self.steps_per_generation,
+            self.num_iterations,
+            self.gradient_accumulation_steps,
+        )
+
+
+# The fields where TRL's GRPOConfig defaults are GRPO's and GSPOConfig's are the paper's.
+GSPO_DEFAULTS = ("importance_sampling_level", "loss_type", "beta", "epsilon", "epsilon_high")
+
+
+def from_grpo_config(args: GRPOConfig) -> GSPOConfig:
+    """A plain `trl.GRPOConfig` as a `GSPOConfig`: every field the user set is kept; the fields still at GRPO's
+    defaults (token-level ratios, the DAPO loss, GRPO's clip range) take GSPO's, and a warning lists each change.
+    A GRPO-sized range that the user set explicitly is kept, and GSPOConfig's checks then speak about it."""
+    grpo_defaults = {f.name: f.default for f in fields(GRPOConfig)}
+    gspo_defaults = {f.name: f.default for f in fields(GSPOConfig)}
+    values = {f.name: getattr(args, f.name) for f in fields(GRPOConfig) if f.init}
+    changed = []
+    for name in GSPO_DEFAULTS:
+        if values[name] == grpo_defaults[name] and values[name] != gspo_defaults[name]:
+            changed.append(f"{name}={values[name]!r} -> {gspo_defaults[name]!r}")
+            values[name] = gspo_defaults[name]
+    world = args.world_size
+    if values["steps_per_generation"] == args.gradient_accumulation_steps and values["generation_batch_size"] == (
+        args.per_device_train_batch_size * args.gradient_accumulation_steps * world
+    ):  # TRL derived both from the batch size: one optimizer step per generation batch
+        values["steps_per_generation"] = values["generation_batch_size"] = None
+        changed.append(f"steps_per_generation -> num_minibatches ({gspo_defaults['num_minibatches']}) x "
+                       "gradient_accumulation_steps")
+    values = {name: value for name, value in values.items() if name in {f.name for f in fields(GSPOConfig)}}
+    converted = GSPOConfig(**values)
+    logger.warning(
+        "GSPOTrainer got a plain trl.GRPOConfig, whose defaults train token-level GRPO. Converted it to a GSPOConfig: "
+        "%s. Fields you set yourself are kept. Pass gspo_recipes.GSPOConfig to silence this, or use trl.GRPOTrainer "
+        "for GRPO.",
+        "; ".join(changed) or "no field was at a GRPO default",
+    )
+    return converted

@@ -79,15 +79,25 @@ def gspo_token_objective(
     return surrogate, log_s, ratio.detach()
 
 
+def outside_clip_range(log_s: torch.Tensor, eps_low: float, eps_high: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Where s_i = exp(log_s) lies outside [1 - eps_low, 1 + eps_high]: (below, above) boolean masks.
+
+    The one definition of the clip range on a ratio; `clipped_sides` adds the advantage's sign.
+    """
+    s = torch.exp(log_s.clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO))
+    return s < 1.0 - eps_low, s > 1.0 + eps_high
+
+
 def clipped_sides(
     log_s: torch.Tensor, response_adv: torch.Tensor, eps_low: float, eps_high: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Which responses the clip removes from the gradient: (low, high) boolean masks of shape (N,).
 
     High: s_i > 1 + eps_high with A > 0. Low: s_i < 1 - eps_low with A < 0 (PPO's definition, as in TRL).
+    This is the clip rule every statistic, file and command of the project uses.
     """
-    s = torch.exp(log_s.clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO))
-    return (s < 1.0 - eps_low) & (response_adv < 0), (s > 1.0 + eps_high) & (response_adv > 0)
+    below, above = outside_clip_range(log_s, eps_low, eps_high)
+    return below & (response_adv < 0), above & (response_adv > 0)
 
 
 def mean_over_responses(per_token: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -22,7 +22,8 @@ from types import SimpleNamespace
 
 import numpy as np
 
-DIAGNOSTICS_FILE = "gspo_diagnostics.jsonl"  # the name LogRatioHistogramCallback writes
+from .diagnostics_file import DIAGNOSTICS_FILE, read_diagnostics
+
 STATE_FILE = "trainer_state.json"
 SUMMARY_FILE = "gspo_report.txt"
 INSTALL_HINT = "pip install 'gspo-recipes[report]'"
@@ -35,21 +36,6 @@ FIGURES = {
 
 
 # ---------------------------------------------------------------------------------------------------------- reading
-
-
-def read_diagnostics(path: str) -> list[dict]:
-    """The diagnostics lines sorted by step; the last line wins for a repeated step, unparsable lines are skipped
-    (a run killed while writing leaves a truncated last line)."""
-    by_step = {}
-    with open(path) as f:
-        for text in f:
-            try:
-                line = json.loads(text)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(line, dict) and "step" in line:
-                by_step[line["step"]] = line
-    return [by_step[step] for step in sorted(by_step)]
 
 
 def find_trainer_state(run_dir: str) -> str | None:
@@ -174,7 +160,8 @@ def health_warnings(lines: list[dict], learning_rates: dict[int, float] | None =
     """
     import torch
 
-    from .callbacks.clip_fraction import HealthWarnings  # imports transformers: only when needed
+    from .health import HealthWarnings
+    from .loss import clipped_sides
 
     learning_rates = learning_rates or {}
     health = HealthWarnings(quiet_steps)
@@ -190,13 +177,13 @@ def health_warnings(lines: list[dict], learning_rates: dict[int, float] | None =
             off = line["off_policy"]
             log_s = torch.tensor(off["log_s"], dtype=torch.float64)
             sign = torch.tensor(off["advantage_sign"], dtype=torch.float64)
-            ratio = torch.exp(log_s)
+            clipped_low, clipped_high = clipped_sides(log_s, sign, line["epsilon_low"], line["epsilon_high"])
             window = {
                 "log_s": log_s,
                 "length": torch.tensor(off["length"], dtype=torch.float64),
                 "advantage": sign,
-                "clipped_low": ((ratio < 1 - line["epsilon_low"]) & (sign < 0)).double(),
-                "clipped_high": ((ratio > 1 + line["epsilon_high"]) & (sign > 0)).double(),
+                "clipped_low": clipped_low.double(),
+                "clipped_high": clipped_high.double(),
                 "minibatch": torch.full_like(log_s, 2.0),
             }
             args = SimpleNamespace(epsilon_high=line["epsilon_high"],

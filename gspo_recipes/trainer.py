@@ -9,7 +9,8 @@ from TRL's own loss in three ways:
 - The mean log-ratio is clamped before `exp`, so no response produces inf or NaN.
 - Responses with no completion tokens (for example truncated ones under `mask_truncated_completions`) neither
   count in the mean over responses nor move the loss.
-For response-level advantages the loss and its gradient are otherwise TRL's (tests/test_trainer.py checks it).
+For response-level advantages the loss and its gradient are otherwise TRL's, KL term included
+(tests/test_trainer.py checks it). What the trainer assumes about TRL's internals is in gspo_recipes/_trl.py.
 """
 
 from __future__ import annotations
@@ -19,33 +20,27 @@ import os
 
 import torch
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
-from trl import GRPOTrainer
+from trl import GRPOConfig, GRPOTrainer
 
-from .calibrate import EpsilonCalibration
-from .callbacks.response_stats import ResponseStats, minibatch_index
-from .config import GSPOConfig
-from .loss import clipped_sides, gspo_token_objective, mean_over_responses, response_advantage
-from .sampler_logps import SamplerLogps
+from . import _trl
+from .calibration import EpsilonCalibration
+from .config import GSPOConfig, from_grpo_config
+from .loss import (
+    MAX_LOG_RATIO,
+    clipped_sides,
+    gspo_token_objective,
+    mean_over_responses,
+    response_advantage,
+    sequence_log_ratio,
+)
+from .sampler import SamplerLogprobs
 
 logger = logging.getLogger(__name__)
 
-# Model inputs beyond ids and mask that TRL passes through to the forward pass (vision-language models).
-MULTIMODAL_INPUTS = (
-    "pixel_values",
-    "image_grid_thw",
-    "num_images",
-    "pixel_attention_mask",
-    "spatial_shapes",
-    "num_tiles",
-    "image_sizes",
-    "token_type_ids",
-    "mm_token_type_ids",
-    "image_position_ids",
-)
-
 
 class GSPOTrainer(GRPOTrainer):
-    """`trl.GRPOTrainer` for GSPO. Takes exactly the arguments of `GRPOTrainer`; `args` defaults to `GSPOConfig`."""
+    """`trl.GRPOTrainer` for GSPO. Takes exactly the arguments of `GRPOTrainer`; `args` defaults to `GSPOConfig`, and
+    a plain `GRPOConfig` is converted to one (with a warning naming every GRPO default replaced by GSPO's)."""
 
     _tag_names = ["trl", "gspo", "gspo-recipes"]
     _name = "GSPO"
@@ -55,40 +50,25 @@ class GSPOTrainer(GRPOTrainer):
         if args is None:
             name = model if isinstance(model, str) else model.config._name_or_path
             args = GSPOConfig(f"{name.split('/')[-1]}-GSPO")
+        elif isinstance(args, GRPOConfig) and not isinstance(args, GSPOConfig):
+            args = from_grpo_config(args)
         super().__init__(model, reward_funcs, args, *pos, **kwargs)
-        self.sampler_logps = SamplerLogps(self)  # old_logps_source, the mismatch monitor, vLLM's IS weight
+        self.sampler_logprobs = SamplerLogprobs(self)  # old_logps_source, the mismatch monitor, vLLM's IS weight
         self._handed_to_trl = self._features_outside_gspo_loss()
         if self._handed_to_trl:
-            if self.importance_sampling_level == "sequence":
-                logger.warning(
-                    "GSPOTrainer hands the loss to TRL's GRPOTrainer because of %s: the ratio is still "
-                    "sequence-level, but GSPO-token (per-token advantages) and the log-ratio clamp are off.",
-                    ", ".join(self._handed_to_trl),
-                )
-            if getattr(args, "epsilon_calibration_steps", 0):
-                raise ValueError(
-                    "epsilon_calibration_steps works with GSPOTrainer's own loss, which is off because of "
-                    f"{', '.join(self._handed_to_trl)}. Remove those settings or set epsilon_calibration_steps=0."
-                )
-            # TRL's loss on this instance; a diagnostics callback records around it as for a plain GRPOTrainer.
-            self._compute_loss = self._trl_loss
-            self.records_response_stats = False
+            self._hand_loss_to_trl(args)
         # Per-response statistics are kept only while a consumer (a diagnostics callback) drains them.
-        self.response_stats: ResponseStats | None = None
-        calibration_steps = getattr(args, "epsilon_calibration_steps", 0)
-        self.calibration = EpsilonCalibration(calibration_steps, args.epsilon_target_clip) if calibration_steps else None
-        if getattr(args, "gspo_diagnostics", False):
-            self._add_diagnostics_callbacks()
+        self.response_stats = None
+        steps = args.epsilon_calibration_steps
+        self.calibration = EpsilonCalibration(steps, args.epsilon_target_clip) if steps else None
+        if args.gspo_diagnostics:
+            from .callbacks import default_callbacks  # the callbacks sit above the trainer: imported on use
 
-    def _add_diagnostics_callbacks(self) -> None:
-        from .callbacks import default_callbacks  # imported late: the callbacks import the trainer's helpers
-
-        for callback in default_callbacks(self):
-            self.add_callback(callback)
+            for callback in default_callbacks(self):
+                self.add_callback(callback)
 
     def _features_outside_gspo_loss(self) -> list[str]:
         """Settings our loss does not implement; with any of them the loss is TRL's own."""
-        args = self.args
         reasons = []
         if self.importance_sampling_level != "sequence":
             reasons.append(f"importance_sampling_level='{self.importance_sampling_level}'")
@@ -98,26 +78,43 @@ class GSPOTrainer(GRPOTrainer):
             reasons.append("top_entropy_quantile < 1")
         if self.off_policy_mask_threshold is not None:
             reasons.append("off_policy_mask_threshold")
-        if self._entropy_bonus_enabled:
+        if _trl.entropy_bonus_enabled(self):
             reasons.append("an entropy bonus")
-        if args.delta is not None:
+        if self.args.delta is not None:
             reasons.append("delta")
         return reasons
 
-    # Old-policy log-probabilities from the sampler, and the mismatch monitor: gspo_recipes/sampler_logps.py.
+    def _hand_loss_to_trl(self, args) -> None:
+        if self.importance_sampling_level == "sequence":
+            logger.warning(
+                "GSPOTrainer hands the loss to TRL's GRPOTrainer because of %s: the ratio is still sequence-level, but "
+                "GSPO-token (per-token advantages) and the log-ratio clamp are off.",
+                ", ".join(self._handed_to_trl),
+            )
+        if args.epsilon_calibration_steps:
+            raise ValueError(
+                "epsilon_calibration_steps works with GSPOTrainer's own loss, which is off because of "
+                f"{', '.join(self._handed_to_trl)}. Remove those settings or set epsilon_calibration_steps=0."
+            )
+        # TRL's loss on this instance; a diagnostics callback records around it as for a plain GRPOTrainer.
+        self._compute_loss = self._trl_loss
+        self.records_response_stats = False
+
+    # Generation side, only for the sampler features (gspo_recipes/sampler/; hooks listed in gspo_recipes/_trl.py).
     def _generate_and_score_completions(self, inputs):
-        return self.sampler_logps.generate_and_score(super()._generate_and_score_completions, inputs)
+        return self.sampler_logprobs.generate_and_score(super()._generate_and_score_completions, inputs)
 
     def _generate(self, prompts):
-        return self.sampler_logps.generate(super()._generate, prompts)
+        return self.sampler_logprobs.generate(super()._generate, prompts)
 
     def _generate_single_turn(self, *args, **kwargs):
-        return self.sampler_logps.generate_single_turn(super()._generate_single_turn, *args, **kwargs)
+        return self.sampler_logprobs.generate_single_turn(super()._generate_single_turn, *args, **kwargs)
 
     def _get_per_token_logps_and_entropies(self, model, *args, **kwargs):
-        return self.sampler_logps.per_token_logps(super()._get_per_token_logps_and_entropies, model, *args, **kwargs)
+        original = super()._get_per_token_logps_and_entropies
+        return self.sampler_logprobs.per_token_logps(original, model, *args, **kwargs)
 
-    # Automatic calibration of the clip range (epsilon_calibration_steps): gspo_recipes/calibrate.py.
+    # Automatic calibration of the clip range (epsilon_calibration_steps): gspo_recipes/calibration.py.
     def _calibrate_if_due(self) -> None:
         if self.calibration is None or self.calibration.done or self.state.global_step < self.calibration.steps:
             return
@@ -131,13 +128,15 @@ class GSPOTrainer(GRPOTrainer):
 
     def _save_checkpoint(self, model, trial):
         super()._save_checkpoint(model, trial)
-        if self.calibration is not None and self.args.should_save:
+        if self.calibration is not None:  # every process: the samples of all of them are saved
             folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
-            self.calibration.save(folder)
+            self.calibration.save(folder, self.accelerator, write=self.args.should_save)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
-        if self.calibration is not None and checkpoint is not None and self.calibration.load(checkpoint):
+        if self.calibration is None or checkpoint is None:
+            return
+        if self.calibration.load(checkpoint, is_main_process=self.accelerator.is_main_process):
             if self.calibration.done:
                 self.epsilon_low, self.epsilon_high = self.calibration.epsilons
 
@@ -153,62 +152,62 @@ class GSPOTrainer(GRPOTrainer):
         mode = "train" if self.model.training else "eval"
         if mode == "train":
             self._calibrate_if_due()
-        mask = inputs["completion_mask"]
-        if "tool_mask" in inputs:
-            mask = mask * inputs["tool_mask"]
-        per_token_logps, entropies, aux_loss = self._per_token_logps(model, inputs)
+        mask = _trl.loss_mask(inputs)
+        per_token_logps, entropies, aux_loss = _trl.score_completions(
+            self, model, inputs, compute_entropy=True, compute_aux_loss=self.aux_loss_enabled
+        )
         old_per_token_logps = inputs.get("old_per_token_logps")
         if old_per_token_logps is None:  # exactly on-policy: TRL skips the old forward pass
             old_per_token_logps = per_token_logps.detach()
         advantages = inputs["advantages"]
 
-        surrogate, log_s, ratio = gspo_token_objective(
+        surrogate, log_s, _ = gspo_token_objective(
             per_token_logps, old_per_token_logps, advantages, mask, self.epsilon_low, self.epsilon_high
         )
         per_token_loss = -surrogate
         if self.use_vllm and self.vllm_importance_sampling_correction:
             per_token_loss = per_token_loss * inputs["importance_sampling_ratio"]
+        per_token_kl = None
         if self.beta != 0.0:
-            ref = inputs["ref_per_token_logps"]
-            per_token_kl = torch.exp(ref - per_token_logps) - (ref - per_token_logps) - 1
-            if self.args.use_bias_correction_kl:
-                per_token_kl = per_token_kl * ratio
+            per_token_kl = self._per_token_kl(inputs, per_token_logps, old_per_token_logps, mask)
             per_token_loss = per_token_loss + self.beta * per_token_kl
 
         loss = mean_over_responses(per_token_loss, mask)
-        if self.aux_loss_enabled:
-            loss = loss + self.router_aux_loss_coef * aux_loss
-            self._metrics[mode]["aux_loss"].append(self.accelerator.gather(aux_loss.detach()).mean().item())
         if mode == "train":  # TRL turns off the Trainer's own scaling for gradient accumulation
             loss = loss / self.current_gradient_accumulation_steps
+        if self.aux_loss_enabled:  # scaled for accumulation like the policy loss, as TRL does
+            normalizer = self.current_gradient_accumulation_steps if mode == "train" else 1.0
+            loss = loss + self.router_aux_loss_coef * aux_loss / normalizer
+            _trl.metric_store(self, mode)["aux_loss"].append(self.accelerator.gather(aux_loss.detach()).mean().item())
 
         response_adv = response_advantage(advantages, mask)
         low, high = clipped_sides(log_s, response_adv, self.epsilon_low, self.epsilon_high)
         lengths = mask.sum(-1)
-        self._log_loss_metrics(mode, mask, entropies, low, high, lengths, per_token_kl if self.beta else None)
+        self._log_loss_metrics(mode, mask, entropies, low, high, lengths, per_token_kl)
         if mode == "train":
-            minibatch = minibatch_index(self)
-            if self.response_stats is not None:
-                self.response_stats.record(log_s, lengths, response_adv, low, high, minibatch)
-            if self.calibration is not None and not self.calibration.done and minibatch > 1:
-                self.calibration.collect(log_s, response_adv, lengths > 0)
+            self._record_responses(log_s, lengths, response_adv, low, high)
         return loss
 
-    def _per_token_logps(self, model, inputs):
-        prompt_ids, completion_ids = inputs["prompt_ids"], inputs["completion_ids"]
-        return self._get_per_token_logps_and_entropies(
-            model,
-            torch.cat([prompt_ids, completion_ids], dim=1),
-            torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1),
-            completion_ids.size(1),
-            compute_entropy=True,
-            compute_aux_loss=self.aux_loss_enabled,
-            **{name: inputs.get(name) for name in MULTIMODAL_INPUTS},
-        )
+    def _per_token_kl(self, inputs, per_token_logps, old_per_token_logps, mask) -> torch.Tensor:
+        """TRL's k3 estimator of KL(pi_theta || pi_ref); with `use_bias_correction_kl`, times the sequence ratio with
+        its gradient (TRL's `coef_1`), so the gradient equals TRL's in every setting."""
+        ref = inputs["ref_per_token_logps"]
+        per_token_kl = torch.exp(ref - per_token_logps) - (ref - per_token_logps) - 1
+        if self.args.use_bias_correction_kl:
+            log_s = sequence_log_ratio(per_token_logps, old_per_token_logps, mask)
+            per_token_kl = per_token_kl * torch.exp(log_s.clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)).unsqueeze(-1)
+        return per_token_kl
+
+    def _record_responses(self, log_s, lengths, response_adv, low, high) -> None:
+        minibatch = _trl.minibatch_index(self)
+        if self.response_stats is not None:
+            self.response_stats.record(log_s, lengths, response_adv, low, high, minibatch)
+        if self.calibration is not None and not self.calibration.done and minibatch > 1:
+            self.calibration.collect(log_s, response_adv, lengths > 0)
 
     def _log_loss_metrics(self, mode, mask, entropies, low, high, lengths, per_token_kl) -> None:
-        """TRL's metric names, so existing dashboards keep working; clip ratios count responses, as TRL's do."""
-        metrics = self._metrics[mode]
+        """TRL's metric names and meanings, so existing dashboards keep working; clip ratios count responses."""
+        metrics = _trl.metric_store(self, mode)
 
         def global_mean(values: torch.Tensor, weights: torch.Tensor) -> float:
             local = torch.stack([(values * weights).sum(), weights.sum()]).float()
@@ -223,6 +222,9 @@ class GSPOTrainer(GRPOTrainer):
         metrics["clip_ratio/low_mean"].append(global_mean(low.float(), has_tokens))
         metrics["clip_ratio/high_mean"].append(global_mean(high.float(), has_tokens))
         metrics["clip_ratio/region_mean"].append(global_mean((low | high).float(), has_tokens))
+        # TRL: the smallest low-clipped and the largest high-clipped share among the gathered responses.
+        metrics["clip_ratio/low_min"].append(self.accelerator.gather(low.float()).min().item())
+        metrics["clip_ratio/high_max"].append(self.accelerator.gather(high.float()).max().item())
         if self.calibration is not None:
             metrics["gspo/epsilon_low"].append(self.epsilon_low)
             metrics["gspo/epsilon_high"].append(self.epsilon_high)

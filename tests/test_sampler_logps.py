@@ -13,12 +13,9 @@ from trl import GRPOTrainer, TrlParser
 
 from conftest import digit_count_reward, tiny_config
 from gspo_recipes import GSPOConfig, GSPOTrainer
-from gspo_recipes.sampler_logps import (
-    MISMATCH_PREFIX,
-    GenerationLogprobRecorder,
-    bound_is_weight,
-    sequence_is_log_weight,
-)
+from gspo_recipes.sampler.generation_logprobs import GenerationLogprobRecorder
+from gspo_recipes.sampler.mismatch import MISMATCH_PREFIX
+from gspo_recipes.sampler.vllm_is_weight import bound_is_weight, sequence_is_log_weight
 from gspo_recipes.tiny import build_tiny_model_and_tokenizer
 
 PROMPTS = ["1+2=", "3+0="]
@@ -151,7 +148,7 @@ def test_transformers_sampler_logps_equal_the_recomputed_ones(tmp_path, tiny, pr
     passes = ScoringPasses(trainer)
     out = trainer._generate_and_score_completions(generation_batch(trainer))
     assert passes.during_generation == 0, "the old-policy forward pass should be skipped"
-    assert trainer.sampler_logps.old_policy_passes_skipped == 1
+    assert trainer.sampler_logprobs.old_policy_passes_skipped == 1
     assert torch.equal(out["old_per_token_logps"], out["sampling_per_token_logps"])
     mask = out["completion_mask"]
     assert_close_on(mask, out["old_per_token_logps"], recomputed_logps(trainer, out), atol=1e-5)
@@ -206,7 +203,7 @@ def test_on_policy_sampler_mode_changes_nothing(tmp_path, tiny, prompt_dataset):
     trainer = make_trainer(tmp_path, tiny, prompt_dataset, old_logps_source="sampler", num_minibatches=1)
     out = trainer._generate_and_score_completions(generation_batch(trainer))
     assert "old_per_token_logps" not in out and "sampling_per_token_logps" not in out
-    assert trainer.sampler_logps.old_policy_passes_skipped == 0
+    assert trainer.sampler_logprobs.old_policy_passes_skipped == 0
 
 
 def test_monitor_in_recompute_mode_logs_and_leaves_training_unchanged(tmp_path, tiny, prompt_dataset):
@@ -373,7 +370,7 @@ def test_vllm_sampler_mode_trains_end_to_end(tmp_path, tiny, prompt_dataset):
     trainer.train()
     assert trainer.state.global_step == 5
     assert passes.during_generation == 0
-    assert trainer.sampler_logps.old_policy_passes_skipped == 2
+    assert trainer.sampler_logprobs.old_policy_passes_skipped == 2
 
 
 # ----------------------------------------------------------------------------------------------- the weight

@@ -1,0 +1,200 @@
+"""The one module that knows TRL's internals (written against TRL 1.16).
+
+Everything gspo-recipes assumes about `trl.GRPOTrainer` beyond its public API lives here: when TRL recomputes the
+old policy's log-probabilities (and so which micro-steps are on-policy), the positions and names read from its
+tuples and batches, the private attributes used, and the one wrapper installed on a plain `GRPOTrainer`.
+tests/test_trl_seam.py pins the signature of every TRL method overridden or called, so that a TRL upgrade fails
+one test naming the method instead of training wrongly.
+
+Which feature needs which private hook of `GRPOTrainer`:
+
+| feature                                   | hooks                                                           |
+| ----------------------------------------- | --------------------------------------------------------------- |
+| GSPO loss, statistics, calibration (default) | `_compute_loss` (override), `_get_per_token_logps_and_entropies` (called), `_step`, `_metrics` |
+| diagnostics on a plain GRPOTrainer        | wraps that instance's `_compute_loss` and `_get_per_token_logps_and_entropies` |
+| `old_logps_source="sampler"`              | `_generate_and_score_completions`, `_generate_single_turn` (transformers) or `_generate` (vLLM), and answers the old-policy call of `_get_per_token_logps_and_entropies` |
+| sampler mismatch monitor                  | `_generate_and_score_completions`, `_generate_single_turn`, `_generate` |
+| vLLM geometric-mean IS weight             | `_generate_and_score_completions`                               |
+
+A default run (recompute, no vLLM) with `sampler_mismatch_steps=0` runs TRL's generation untouched; with the monitor
+on, the generation hooks only record (they never change what TRL computes).
+"""
+
+from __future__ import annotations
+
+import torch
+
+TESTED_TRL = "1.16"
+
+# Model inputs beyond ids and mask that TRL passes through to the forward pass (vision-language models).
+MULTIMODAL_INPUTS = (
+    "pixel_values",
+    "image_grid_thw",
+    "num_images",
+    "pixel_attention_mask",
+    "spatial_shapes",
+    "num_tiles",
+    "image_sizes",
+    "token_type_ids",
+    "mm_token_type_ids",
+    "image_position_ids",
+)
+# `GRPOTrainer._generate` returns (prompt_ids, completion_ids, tool_mask, completions, logprobs, ...).
+GENERATE_LOGPROBS_INDEX = 4
+
+# Parameters of every TRL method we override or call, in order, as TRL 1.16 declares them.
+PINNED_SIGNATURES = {
+    "_compute_loss": ("self", "model", "inputs"),
+    "_generate_and_score_completions": ("self", "inputs"),
+    "_generate": ("self", "prompts"),
+    "_generate_single_turn": (
+        "self", "prompt_ids", "images", "multimodal_fields", "num_generations", "has_tool_images",
+    ),
+    "_get_per_token_logps_and_entropies": (
+        "self", "model", "input_ids", "attention_mask", "logits_to_keep", "batch_size", "compute_entropy",
+        "compute_aux_loss", *MULTIMODAL_INPUTS,
+    ),
+    "_prepare_inputs": ("self", "generation_batch"),
+    "training_step": ("self", "model", "inputs", "num_items_in_batch"),
+    "_save_checkpoint": ("self", "model", "trial"),
+    "_load_optimizer_and_scheduler": ("self", "checkpoint"),
+}
+# Private attributes read or written.
+PRIVATE_ATTRIBUTES = ("_step", "_metrics", "_entropy_bonus_enabled")
+
+
+# ------------------------------------------------------------------------------- on-policy or not, and which minibatch
+
+
+def micro_steps_per_generation(args) -> int:
+    """Micro-steps served from one generation batch: `steps_per_generation * num_iterations` (TRL's generate_every)."""
+    return args.steps_per_generation * args.num_iterations
+
+
+def has_off_policy_minibatches(args) -> bool:
+    """Whether any micro-step trains on responses sampled before the last optimizer step.
+
+    TRL's rule for recomputing the old log-probabilities: a generation batch lies inside one accumulation window
+    (so every micro-step is on-policy) exactly when its micro-steps divide `gradient_accumulation_steps`.
+    """
+    return args.gradient_accumulation_steps % micro_steps_per_generation(args) != 0
+
+
+def recomputes_old_logps(trainer) -> bool:
+    """Whether `_generate_and_score_completions` runs its old-policy forward pass (off-policy micro-steps, or vLLM's
+    importance-sampling correction)."""
+    return has_off_policy_minibatches(trainer.args) or bool(
+        trainer.use_vllm and trainer.vllm_importance_sampling_correction
+    )
+
+
+def minibatch_index(trainer) -> int:
+    """1 + the number of optimizer steps taken since the current micro-step's responses were sampled.
+
+    1 is on-policy. TRL generates at micro-steps that are multiples of `micro_steps_per_generation` (its `_step`
+    counts micro-steps from 0 at every train start, which is an optimizer-step boundary) and steps the optimizer
+    after every `gradient_accumulation_steps` micro-steps, so the two need not line up.
+    """
+    step = trainer._step
+    accumulation = trainer.args.gradient_accumulation_steps
+    generated_at = step - step % micro_steps_per_generation(trainer.args)
+    return step // accumulation - generated_at // accumulation + 1
+
+
+# ------------------------------------------------------------------------------------------ metrics and batch fields
+
+
+def metric_store(trainer, mode: str = "train") -> dict[str, list[float]]:
+    """TRL's metric store: lists per name, averaged and sent to every tracker at the next `log`."""
+    return trainer._metrics[mode]
+
+
+def add_to_trainer_logs(trainer, metrics: dict[str, float]) -> None:
+    """Metrics computed once per logging step (by a callback's `on_step_end`, before `log`)."""
+    store = metric_store(trainer)
+    for name, value in metrics.items():
+        store[name] = [float(value)]
+
+
+def entropy_bonus_enabled(trainer) -> bool:
+    return bool(getattr(trainer, "_entropy_bonus_enabled", False))
+
+
+def loss_mask(batch) -> torch.Tensor:
+    """The tokens the loss covers: completion tokens, less tool output where TRL marks it."""
+    mask = batch["completion_mask"]
+    return mask * batch["tool_mask"] if "tool_mask" in batch else mask
+
+
+def score_completions(trainer, model, batch, *, compute_entropy=False, compute_aux_loss=False, batch_size=None):
+    """`_get_per_token_logps_and_entropies` over a TRL batch: (log-probs, entropies, aux loss) of its completions."""
+    completion_ids = batch["completion_ids"]
+    return trainer._get_per_token_logps_and_entropies(
+        model,
+        torch.cat([batch["prompt_ids"], completion_ids], dim=1),
+        torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1),
+        completion_ids.size(1),
+        batch_size=batch_size,
+        compute_entropy=compute_entropy,
+        compute_aux_loss=compute_aux_loss,
+        **{name: batch.get(name) for name in MULTIMODAL_INPUTS},
+    )
+
+
+def scoring_call_parts(args, kwargs) -> tuple[torch.Tensor, int]:
+    """(input_ids, logits_to_keep) of a `_get_per_token_logps_and_entropies` call (self and model removed)."""
+    input_ids = args[0] if args else kwargs["input_ids"]
+    logits_to_keep = args[2] if len(args) > 2 else kwargs["logits_to_keep"]
+    return input_ids, logits_to_keep
+
+
+def is_loss_scoring_call(kwargs) -> bool:
+    """Only the loss asks for entropies; TRL's old-policy and reference passes do not."""
+    return bool(kwargs.get("compute_entropy"))
+
+
+# ------------------------------------------------------------------------- statistics on a plain TRL GRPOTrainer
+
+
+def attach_response_stats(trainer):
+    """The trainer's `ResponseStats`, created on first use (nothing is recorded before, so nothing accumulates without
+    a consumer). `GSPOTrainer` records into it from its own loss; on a plain `GRPOTrainer` a recorder is installed.
+
+    The recorder wraps this trainer instance's `_compute_loss` and `_get_per_token_logps_and_entropies`: it keeps the
+    log-probabilities the loss computed and, after the loss, reads them with the batch's old log-probabilities, mask
+    and advantages. The loss value and its gradient are untouched.
+    """
+    from .loss import clipped_sides, response_advantage, sequence_log_ratio
+    from .response_stats import ResponseStats
+
+    stats = getattr(trainer, "response_stats", None)
+    if stats is not None:
+        return stats
+    stats = trainer.response_stats = ResponseStats()
+    if getattr(trainer, "records_response_stats", False):  # GSPOTrainer's own loss records once this is set
+        return stats
+    compute_loss = trainer._compute_loss
+    get_logps = trainer._get_per_token_logps_and_entropies
+    captured = {}
+
+    def get_logps_and_keep(*args, **kwargs):
+        out = get_logps(*args, **kwargs)
+        if is_loss_scoring_call(kwargs):
+            captured["logps"] = out[0].detach()
+        return out
+
+    def compute_loss_and_record(model, inputs):
+        loss = compute_loss(model, inputs)
+        logps = captured.pop("logps", None)
+        if logps is not None and trainer.model.training:
+            mask = loss_mask(inputs)
+            old = inputs.get("old_per_token_logps")
+            log_s = sequence_log_ratio(logps, logps if old is None else old, mask)
+            advantages = response_advantage(inputs["advantages"], mask)
+            low, high = clipped_sides(log_s, advantages, trainer.epsilon_low, trainer.epsilon_high)
+            stats.record(log_s, mask.sum(-1), advantages, low, high, minibatch_index(trainer))
+        return loss
+
+    trainer._get_per_token_logps_and_entropies = get_logps_and_keep
+    trainer._compute_loss = compute_loss_and_record
+    return stats

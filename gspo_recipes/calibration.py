@@ -1,0 +1,97 @@
+"""The clip range from data, at run time: `GSPOConfig.epsilon_calibration_steps`.
+
+The explainer's advice: measure log s_i on the first batches before fixing epsilon, because a range copied from the
+paper can clip most responses in a setting with more per-token drift. Calibration takes the off-policy responses
+(minibatches 2..k, where s_i can leave 1) and picks, per side, the epsilon that clips the target fraction of the
+responses that side can clip: epsilon_high from the responses with A > 0, epsilon_low from those with A < 0.
+`gspo calibrate` (gspo_recipes/calibrate.py) does the same from a finished run's diagnostics file.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import torch
+
+from .response_stats import gather_columns
+
+
+def calibrate_epsilons(log_s: torch.Tensor, advantage_sign: torch.Tensor, target_clip: float) -> tuple[float, float]:
+    """(epsilon_low, epsilon_high) that clip `target_clip` of the negative- and of the positive-advantage responses.
+
+    High side: s_i > 1 + epsilon_high for a fraction `target_clip` of the responses with A > 0, so
+    1 + epsilon_high = exp(quantile_{1 - target}(log s | A > 0)). Low side likewise with quantile_{target}(log s | A < 0).
+    A side whose quantile lies on the wrong side of 0 (the policy moved the other way) gets epsilon 0: even the
+    tightest range clips fewer than the target there. A side with no responses keeps `nan`.
+    """
+    if not 0.0 < target_clip < 1.0:
+        raise ValueError(f"target_clip must lie strictly between 0 and 1, got {target_clip}")
+    log_s = log_s.double()
+    positive, negative = log_s[advantage_sign > 0], log_s[advantage_sign < 0]
+    eps_high = math.expm1(max(torch.quantile(positive, 1.0 - target_clip).item(), 0.0)) if positive.numel() else math.nan
+    eps_low = -math.expm1(min(torch.quantile(negative, target_clip).item(), 0.0)) if negative.numel() else math.nan
+    return eps_low, eps_high
+
+
+def nan_to(value: float, fallback: float = 0.0) -> float:
+    return fallback if math.isnan(value) else value
+
+
+class EpsilonCalibration:
+    """Collect off-policy log s_i during the first `steps` optimizer steps, then fix the clip range from their
+    quantiles. The state is saved with each checkpoint, so a resumed run keeps the calibrated range, or the samples
+    collected so far by every process, and calibrates exactly as an uninterrupted run would."""
+
+    STATE_FILE = "gspo_calibration.json"
+
+    def __init__(self, steps: int, target_clip: float):
+        self.steps, self.target_clip = steps, target_clip
+        self.log_s: list[float] = []
+        self.sign: list[int] = []
+        self.epsilons: tuple[float, float] | None = None  # set once calibrated
+
+    @property
+    def done(self) -> bool:
+        return self.epsilons is not None
+
+    def collect(self, log_s: torch.Tensor, advantages: torch.Tensor, off_policy: torch.Tensor) -> None:
+        self.log_s += log_s[off_policy].float().tolist()
+        self.sign += torch.sign(advantages[off_policy]).long().tolist()
+
+    def _all_samples(self, accelerator) -> torch.Tensor:
+        """(2, n): every process's samples (collective when several processes run)."""
+        values = torch.tensor([self.log_s, self.sign], dtype=torch.float64).reshape(2, -1)
+        if accelerator is not None and accelerator.num_processes > 1:
+            values = gather_columns(values, accelerator)
+        return values
+
+    def finish(self, accelerator, current: tuple[float, float]) -> tuple[float, float]:
+        """Gather the samples of every process and fix the range; a side with no samples keeps `current`."""
+        values = self._all_samples(accelerator)
+        eps_low, eps_high = calibrate_epsilons(values[0], values[1], self.target_clip)
+        self.epsilons = (nan_to(eps_low, current[0]), nan_to(eps_high, current[1]))
+        self.log_s, self.sign = [], []
+        return self.epsilons
+
+    def save(self, folder: str, accelerator=None, write: bool = True) -> None:
+        """Every process calls this (the samples are gathered); the process with `write` writes the union."""
+        values = self._all_samples(accelerator) if not self.done else torch.zeros(2, 0)
+        if not write:
+            return
+        state = {"steps": self.steps, "target_clip": self.target_clip, "epsilons": self.epsilons,
+                 "log_s": values[0].tolist(), "sign": [int(v) for v in values[1].tolist()]}
+        with open(os.path.join(folder, self.STATE_FILE), "w") as f:
+            json.dump(state, f)
+
+    def load(self, folder: str, is_main_process: bool = True) -> bool:
+        """Restore the state; the pooled samples go to the main process only, so that `finish` counts each once."""
+        path = os.path.join(folder, self.STATE_FILE)
+        if not os.path.exists(path):
+            return False
+        with open(path) as f:
+            state = json.load(f)
+        self.epsilons = tuple(state["epsilons"]) if state["epsilons"] is not None else None
+        self.log_s, self.sign = (state["log_s"], state["sign"]) if is_main_process else ([], [])
+        return True

@@ -1,0 +1,49 @@
+"""`<output_dir>/gspo_diagnostics.jsonl`: its name, its writer and its reader, in one place.
+
+One JSON object per logging step, with at least "step". `LogRatioHistogramCallback` writes it; `gspo report` and
+`gspo calibrate` read it. A run killed while writing leaves a truncated last line: the reader skips lines that do not
+parse, and a resumed run rewrites the file with only the complete lines up to its checkpoint's step.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+DIAGNOSTICS_FILE = "gspo_diagnostics.jsonl"
+
+
+def diagnostics_path(output_dir: str) -> str:
+    return os.path.join(output_dir, DIAGNOSTICS_FILE)
+
+
+def read_diagnostics(path: str) -> list[dict]:
+    """The complete lines sorted by step; the last line wins for a repeated step, unparsable lines are skipped."""
+    by_step = {}
+    with open(path) as f:
+        for text in f:
+            try:
+                line = json.loads(text)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(line, dict) and "step" in line:
+                by_step[line["step"]] = line
+    return [by_step[step] for step in sorted(by_step)]
+
+
+def append_line(path: str, line: dict) -> None:
+    # One write of a whole line: a crash leaves at most this line truncated, which the reader skips.
+    with open(path, "a") as f:
+        f.write(json.dumps(line) + "\n")
+
+
+def keep_lines_up_to(path: str, step: int) -> None:
+    """Start a fresh file, or on resume keep the complete lines up to the checkpoint's step (later ones are redone)."""
+    if step == 0 or not os.path.exists(path):
+        open(path, "w").close()
+        return
+    kept = [line for line in read_diagnostics(path) if line["step"] <= step]
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.writelines(json.dumps(line) + "\n" for line in kept)
+    os.replace(tmp, path)

@@ -1,0 +1,106 @@
+"""The transformers generator's own log-probability of every sampled token, read during `generate`.
+
+For every sampled token: log_softmax(logits / temperature) of the model's raw logits, taken before any logits
+processor (repetition penalty, top-k, top-p, min-p). That is what the trainer scores: TRL's fused LM head divides the
+same logits by the same temperature and never filters.
+
+Positions. `generate` numbers positions from each prompt's first real token (position ids from the attention mask);
+TRL's scoring pass passes no position ids, so the model numbers them from the first (left-padding) token. Rotary
+models see only relative positions and do not care; models with learned absolute positions (GPT-2, OPT, ...) give
+different log-probabilities for left-padded prompts. While the sampler is the old policy, generation therefore runs
+with the trainer's positions (`trainer_positions`): then what is sampled, what is recorded and what the trainer
+scores are one distribution, for every architecture.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import torch
+
+
+class AlignmentError(RuntimeError):
+    """The recorded log-probabilities do not line up with the generated tokens."""
+
+
+class GenerationLogprobRecorder:
+    """Forward hook recording, during `generate`, each sampled token's log_softmax(logits / temperature).
+
+    Every forward call's last-position logits give the distribution of the next token; that token is read from the
+    next call's `input_ids` (or, for the last step, from the returned completions). Only one (batch, vocab) row is kept.
+    """
+
+    def __init__(self, temperature: float):
+        self.temperature = temperature
+        self._pending: torch.Tensor | None = None  # log-softmax row of the step whose token is not known yet
+        self._logps: list[torch.Tensor] = []  # per step, (B, 1)
+        self._tokens: list[torch.Tensor] = []  # per step, (B, 1): the token each step's log-probability belongs to
+        self._error: str | None = None
+
+    @contextmanager
+    def attached(self, module: torch.nn.Module, trainer_positions: bool = False):
+        handles = [module.register_forward_hook(self._hook, with_kwargs=True)]
+        if trainer_positions:
+            handles.append(module.register_forward_pre_hook(_drop_position_ids, with_kwargs=True))
+        try:
+            yield self
+        finally:
+            for handle in handles:
+                handle.remove()
+
+    def _hook(self, module, args, kwargs, output) -> None:
+        logits = output.logits if hasattr(output, "logits") else output[0]
+        if self._pending is not None:
+            input_ids = kwargs.get("input_ids", args[0] if args else None)
+            if input_ids is None:
+                self._error = "a forward call during generation had no input_ids"
+            else:
+                tokens = input_ids[:, -1:].to(self._pending.device)
+                self._logps.append(self._pending.gather(-1, tokens))
+                self._tokens.append(tokens)
+        with torch.no_grad():
+            scaled = logits[:, -1, :].float()
+            if self.temperature != 1.0:
+                scaled = scaled / self.temperature
+            self._pending = torch.log_softmax(scaled, dim=-1)
+
+    def logprobs_for(self, completion_ids: list[list[int]]) -> list[list[float]]:
+        """Per-completion log-probabilities, aligned with TRL's completions (cut after the first EOS)."""
+        if self._error:
+            raise AlignmentError(self._error)
+        lengths = [len(c) for c in completion_ids]
+        steps = max(lengths, default=0)
+        logps, tokens = list(self._logps), list(self._tokens)
+        if len(logps) < steps and self._pending is not None:  # the last step: its token is in the completions
+            last = torch.tensor(
+                [[c[steps - 1] if len(c) == steps else 0] for c in completion_ids], device=self._pending.device
+            )
+            logps.append(self._pending.gather(-1, last))
+            tokens.append(last)
+        if len(logps) < steps:
+            raise AlignmentError(f"{len(logps)} forward calls recorded for {steps} generated tokens")
+        if steps == 0:
+            return [[] for _ in completion_ids]
+        logps = torch.cat(logps[:steps], dim=1).cpu()
+        tokens = torch.cat(tokens[:steps], dim=1).cpu()
+        if logps.size(0) != len(completion_ids):
+            raise AlignmentError(f"recorded {logps.size(0)} rows for {len(completion_ids)} completions")
+        for row, ids in enumerate(completion_ids):
+            if tokens[row, : len(ids)].tolist() != list(ids):
+                raise AlignmentError("the tokens seen by the model differ from the returned completions")
+        return [logps[row, :n].tolist() for row, n in enumerate(lengths)]
+
+
+def _drop_position_ids(module, args, kwargs):
+    """Let the model number positions itself, as it does in TRL's scoring pass (which passes none)."""
+    if kwargs.get("position_ids") is not None:
+        kwargs = {**kwargs, "position_ids": None}
+        return args, kwargs
+    return None
+
+
+def generation_module(model) -> torch.nn.Module:
+    """The module whose forward `generate` calls: the model, or the base model under a PEFT adapter."""
+    from accelerate.utils import is_peft_model
+
+    return model.get_base_model() if is_peft_model(model) else model

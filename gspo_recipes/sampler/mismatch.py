@@ -1,0 +1,118 @@
+"""The mismatch monitor (`sampler_mismatch_steps`): the sampler's and the trainer's log-probabilities compared.
+
+Every N optimizer steps (on the next generation batch), in either mode, whenever the generator provides
+log-probabilities, both sources are compared on the same responses: log s_i = mean_t [trainer - sampler] is the
+ratio every response would start from on its first minibatch with `old_logps_source="sampler"`. Logged:
+`gspo/sampler_mismatch/log_s_mean`, `log_s_std`, `token_max_abs` (largest |trainer - sampler| over tokens) and
+`outside_clip_frac` (responses whose mismatch alone is outside the clip range). A warning names the side when the
+mismatch alone would clip: its mean is outside the range, or more than `WARN_OUTSIDE_FRAC` of the responses are.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import torch
+
+from .._trl import loss_mask, metric_store
+from ..loss import outside_clip_range
+
+logger = logging.getLogger(__name__)
+
+MISMATCH_PREFIX = "gspo/sampler_mismatch/"
+# Share of responses whose mismatch alone leaves the clip range above which the monitor warns. A random mismatch
+# (bf16 rounding) of the clip range's size clips a large share of responses without moving the mean out of it.
+WARN_OUTSIDE_FRAC = 0.1
+
+
+def mismatch_log_ratio(
+    trainer_logps: torch.Tensor, sampler_logps: torch.Tensor, mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The two sources compared on the same responses.
+
+    Returns log s_i = mean_t (trainer - sampler) per response (N,), which responses have any scored token (N,), and
+    the largest |trainer - sampler| over scored tokens (a scalar). Tokens the sampler did not score (NaN) are left out.
+    """
+    valid = mask.bool() & ~torch.isnan(sampler_logps)
+    diff = (trainer_logps.float() - sampler_logps.float()).masked_fill(~valid, 0.0)
+    count = valid.sum(-1)
+    log_s = diff.sum(-1) / count.clamp(min=1)
+    token_max = diff.abs().max() if diff.numel() else diff.new_zeros(())
+    return log_s, count > 0, token_max
+
+
+def clipping_side(log_s: torch.Tensor, eps_low: float, eps_high: float) -> str | None:
+    """The side(s) the mismatch alone clips: "high", "low", "both" or None.
+
+    A side counts when the mean mismatch is beyond its bound, or more than `WARN_OUTSIDE_FRAC` of the responses are.
+    """
+    below, above = outside_clip_range(log_s, eps_low, eps_high)
+    mean_below, mean_above = (flag.item() for flag in outside_clip_range(log_s.mean().reshape(1), eps_low, eps_high))
+    high = mean_above or above.float().mean().item() > WARN_OUTSIDE_FRAC
+    low = mean_below or below.float().mean().item() > WARN_OUTSIDE_FRAC
+    return {(True, True): "both", (True, False): "high", (False, True): "low"}.get((high, low))
+
+
+class MismatchMonitor:
+    def __init__(self, trainer, steps: int, sampler_mode: bool):
+        self.trainer, self.steps, self.sampler_mode = trainer, steps, sampler_mode
+        self._next_step = 0
+        self._warned_side: str | None = None
+
+    def due(self) -> bool:
+        """Whether this generation batch is compared (every `steps` optimizer steps)."""
+        step = self.trainer.state.global_step
+        if self.steps <= 0 or step < self._next_step:
+            return False
+        self._next_step = step + self.steps
+        return True
+
+    def compare(self, output: dict, trainer_logps: torch.Tensor) -> None:
+        t = self.trainer
+        sampler_logps = output.get("sampling_per_token_logps")
+        if sampler_logps is None:  # this generator gives none (transformers continuous batching)
+            return
+        log_s, has_tokens, token_max = mismatch_log_ratio(trainer_logps, sampler_logps, loss_mask(output))
+        log_s = t.accelerator.gather(log_s)
+        has_tokens = t.accelerator.gather(has_tokens.long()).bool()  # no bool collectives on some backends
+        token_max = t.accelerator.gather(token_max.reshape(1)).max().item()
+        log_s = log_s[has_tokens]
+        if log_s.numel() == 0:
+            return
+        below, above = outside_clip_range(log_s, t.epsilon_low, t.epsilon_high)
+        metrics = metric_store(t)
+        metrics[MISMATCH_PREFIX + "log_s_mean"].append(log_s.mean().item())
+        metrics[MISMATCH_PREFIX + "log_s_std"].append(log_s.std(correction=0).item())
+        metrics[MISMATCH_PREFIX + "token_max_abs"].append(token_max)
+        metrics[MISMATCH_PREFIX + "outside_clip_frac"].append((below | above).float().mean().item())
+        self._warn_if_clipping(log_s)
+
+    def _warn_if_clipping(self, log_s: torch.Tensor) -> None:
+        """Warn when the mismatch alone would clip; again only after it has gone back inside."""
+        t = self.trainer
+        side = clipping_side(log_s, t.epsilon_low, t.epsilon_high)
+        if side == self._warned_side:
+            return
+        self._warned_side = side
+        if side is None:
+            return
+        below, above = outside_clip_range(log_s, t.epsilon_low, t.epsilon_high)
+        high_bound, low_bound = f"1 + epsilon_high = {1 + t.epsilon_high:.6g}", f"1 - epsilon = {1 - t.epsilon_low:.6g}"
+        share, bound, responses = {
+            "high": (above.float().mean().item(), high_bound, "a positive advantage"),
+            "low": (below.float().mean().item(), low_bound, "a negative advantage"),
+            "both": ((above | below).float().mean().item(), f"{low_bound} or {high_bound}", "either advantage"),
+        }[side]
+        when = "" if self.sampler_mode else "with old_logps_source='sampler', "
+        mean = log_s.mean().item()
+        logger.warning(
+            "Mismatch between the sampler's and the trainer's log-probabilities at step %s: mean log s_i (trainer - "
+            "sampler) = %.3g (s_i starts at %.6g) and %.0f%% of the responses start beyond %s, so %sresponses with "
+            "%s are clipped on the first minibatch of every rollout batch by the mismatch alone. Fix: keep "
+            "old_logps_source='recompute', remove the mismatch (same dtype and kernels in both engines, float32 "
+            "rather than bf16 where you can, unfiltered sampling), or widen the clip range beyond |%.3g|. Watch "
+            "gspo/sampler_mismatch/log_s_mean and outside_clip_frac.",
+            t.state.global_step, mean, math.exp(mean), 100 * share, bound, when, responses,
+            max(abs(log_s.min().item()), abs(log_s.max().item())),
+        )

@@ -1,0 +1,191 @@
+"""The sampler's log-probabilities as the old policy (`old_logps_source="sampler"`), and the per-generation-batch
+coordination of the three sampler features.
+
+GSPO's ratio needs pi_old's log-probability of every sampled token. TRL recomputes them with a forward pass over every
+rollout (`"recompute"`, the default). The generator has already computed them while sampling, and the GSPO paper
+argues that a sequence-level ratio tolerates the small numerical differences between engines, so `"sampler"` uses
+the generator's values (transformers: gspo_recipes/sampler/generation_logprobs.py; vLLM: the log-probabilities TRL
+already collects) and skips that pass. Only where TRL runs the pass (off-policy minibatches, or vLLM's correction)
+do the sampler's values take its place. Tokens the sampler could not score (vLLM reports NaN) are filled from a
+forward pass over that batch. With vLLM, TRL's correction then compares the sampler with itself and is exactly 1.
+
+Each generation batch gets one explicit `GenerationRound`: what it asks for (capture, intercept) and what happened.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+
+import torch
+
+from .. import _trl
+from .generation_logprobs import AlignmentError, GenerationLogprobRecorder, generation_module
+from .mismatch import MismatchMonitor
+from .vllm_is_weight import apply_geometric_mean_weight
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class GenerationRound:
+    """One call of `_generate_and_score_completions`."""
+
+    capture: bool  # record the transformers generator's log-probabilities
+    intercept: bool  # answer TRL's old-policy pass with the sampler's log-probabilities
+    monitor: bool  # compare both sources on this batch
+    captured: bool = False  # we added the log-probabilities (TRL's transformers path returns none)
+    intercepted: bool = False
+    sampler_logps: list | None = None  # per completion, as `_generate` returned them
+
+
+class SamplerLogprobs:
+    """What `GSPOTrainer`'s generation-side overrides delegate to (see gspo_recipes/_trl.py for the hooks)."""
+
+    def __init__(self, trainer):
+        self.trainer = trainer
+        args = trainer.args
+        # A plain GRPOConfig has none of these fields: behave exactly like TRL.
+        self.sampler_mode = getattr(args, "old_logps_source", "recompute") == "sampler"
+        self.monitor = MismatchMonitor(trainer, getattr(args, "sampler_mismatch_steps", 0), self.sampler_mode)
+        self.is_ratio = getattr(args, "vllm_importance_sampling_sequence_ratio", "product")
+        self.old_policy_passes_skipped = 0  # generation batches whose old-policy forward pass was skipped
+        self.round: GenerationRound | None = None
+        self._warned: set[str] = set()
+        if self.sampler_mode:
+            self._check_sampler_setup()
+
+    def _check_sampler_setup(self) -> None:
+        t = self.trainer
+        if not _trl.recomputes_old_logps(t):
+            logger.info(
+                "old_logps_source='sampler' has no forward pass to skip: with one optimizer step per generation "
+                "batch TRL already takes the old log-probabilities from the loss's own pass."
+            )
+        if t.use_vllm and (t.top_p < 1.0 or (t.top_k or 0) > 0 or t.min_p):
+            logger.warning(
+                "old_logps_source='sampler' with vLLM and top_p=%s, top_k=%s, min_p=%s: vLLM's log-probabilities are "
+                "renormalised after filtering, so they are systematically higher than the trainer's and every log s_i "
+                "starts below 0. Check gspo/sampler_mismatch/log_s_mean against the clip range, or sample without "
+                "filtering.",
+                t.top_p, t.top_k, t.min_p,
+            )
+
+    def _warn_once(self, key: str, message: str, *args) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            logger.warning(message, *args)
+
+    # ------------------------------------------------------------------ the hooks
+
+    def generate_and_score(self, original, inputs):
+        """Around `_generate_and_score_completions`: decide what this batch needs, then post-process its output."""
+        t = self.trainer
+        train = t.model.training
+        monitor = train and self.monitor.due()
+        intercept = self.sampler_mode and _trl.recomputes_old_logps(t)
+        self.round = round_ = GenerationRound(capture=intercept or monitor, intercept=intercept, monitor=monitor)
+        try:
+            output = original(inputs)
+        finally:
+            self.round = None
+        if round_.intercepted:
+            self.old_policy_passes_skipped += 1
+        elif t.use_vllm and t.vllm_importance_sampling_correction and self.is_ratio == "geometric_mean":
+            apply_geometric_mean_weight(t, output, "train" if train else "eval")
+        if monitor and output.get("sampling_per_token_logps") is not None:
+            trainer_logps = None if round_.intercepted else output.get("old_per_token_logps")
+            self.monitor.compare(output, self._recompute(output) if trainer_logps is None else trainer_logps)
+        if round_.captured and not round_.intercepted:  # recorded for the monitor only: leave TRL's inputs alone
+            output.pop("sampling_per_token_logps", None)
+        return output
+
+    def generate(self, original, prompts):
+        """Around `_generate`: keep the sampler's per-token log-probabilities of this batch (any generator)."""
+        result = original(prompts)
+        if self.round is not None:
+            self.round.sampler_logps = result[_trl.GENERATE_LOGPROBS_INDEX]
+        return result
+
+    def generate_single_turn(self, original, *args, **kwargs):
+        """Around `_generate_single_turn`: with transformers generation, also return per-token log-probabilities."""
+        t, round_ = self.trainer, self.round
+        if round_ is None or not round_.capture or t.use_vllm or t.use_transformers_continuous_batching:
+            return original(*args, **kwargs)
+        recorder = GenerationLogprobRecorder(t.temperature)
+        # As the old policy, the generator samples with the positions the trainer scores with (see the module
+        # generation_logprobs); for the monitor alone, generation is left exactly as TRL runs it.
+        with recorder.attached(generation_module(t.model), trainer_positions=round_.intercept):
+            completion_ids, logprobs = original(*args, **kwargs)
+        if logprobs is not None:  # a generator that returns its own
+            return completion_ids, logprobs
+        try:
+            logprobs = recorder.logprobs_for(completion_ids)
+        except AlignmentError as err:
+            if round_.intercept:
+                raise RuntimeError(
+                    f"old_logps_source='sampler' could not read the log-probabilities from transformers' generate "
+                    f"({err}); it needs one forward call per sampled token (no prefill chunking, assisted decoding or "
+                    "beam search). Set old_logps_source='recompute'."
+                ) from err
+            self._warn_once("align", "The sampler mismatch monitor is skipped: %s.", err)
+            logprobs = [[math.nan] * len(ids) for ids in completion_ids]
+        round_.captured = True
+        return completion_ids, logprobs
+
+    def per_token_logps(self, original, model, *args, **kwargs):
+        """Around `_get_per_token_logps_and_entropies`: answer TRL's old-policy pass from the sampler."""
+        t, round_ = self.trainer, self.round
+        if (
+            round_ is None
+            or not round_.intercept
+            or round_.intercepted
+            or model is not t.model
+            or _trl.is_loss_scoring_call(kwargs)
+        ):
+            return original(model, *args, **kwargs)
+        # TRL's first scoring call of a generation batch with the policy itself is the old-policy pass (the reference
+        # pass under a PEFT adapter comes after it); `recomputes_old_logps` told us it is coming.
+        round_.intercepted = True
+        input_ids, logits_to_keep = _trl.scoring_call_parts(args, kwargs)
+        if round_.sampler_logps is None:
+            raise ValueError(
+                "old_logps_source='sampler' but the generator returned no per-token log-probabilities (a rollout_func "
+                "must fill 'logprobs'). Set old_logps_source='recompute'."
+            )
+        old = self._sampler_tensor(round_.sampler_logps, input_ids.device)
+        if old.shape != (input_ids.size(0), logits_to_keep):
+            raise RuntimeError(
+                f"The sampler's log-probabilities have shape {tuple(old.shape)}, the completions "
+                f"{(input_ids.size(0), logits_to_keep)}. Set old_logps_source='recompute'."
+            )
+        missing = torch.isnan(old)
+        if missing.any():  # vLLM could not score these tokens: take them from the training engine
+            self._warn_once(
+                "nan",
+                "The sampler returned no log-probability for some tokens; those tokens are taken from a forward pass "
+                "of the trainer over their batch (shown once).",
+            )
+            recomputed, _, _ = original(model, *args, **kwargs)
+            old = torch.where(missing, recomputed.to(old.dtype), old)
+        return old, None, None
+
+    # ------------------------------------------------------------------ helpers
+
+    def _sampler_tensor(self, logprobs: list, device) -> torch.Tensor:
+        """TRL's padding of `sampling_per_token_logps` (None -> NaN, right-padded with 0)."""
+        from trl.trainer.utils import pad
+
+        rows = [torch.tensor([math.nan if x is None else x for x in row], dtype=torch.float32) for row in logprobs]
+        padded = pad(rows, padding_value=0.0, padding_side="right", pad_to_multiple_of=self.trainer.pad_to_multiple_of)
+        return padded.to(device)
+
+    def _recompute(self, output) -> torch.Tensor:
+        """The training engine's log-probabilities of the batch's completions (one forward pass, no gradient)."""
+        from trl.models.utils import disable_gradient_checkpointing
+
+        t = self.trainer
+        with torch.no_grad(), disable_gradient_checkpointing(t.model, t.args.gradient_checkpointing_kwargs):
+            logps, _, _ = _trl.score_completions(t, t.model, output, batch_size=t.args.per_device_train_batch_size)
+        return logps
