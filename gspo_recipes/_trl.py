@@ -89,16 +89,16 @@ def recomputes_old_logps(trainer) -> bool:
 
 
 def minibatch_index(trainer) -> int:
-    """1 + the number of optimizer steps taken since the current micro-step's responses were sampled.
+    """1 + the number of optimizer steps taken since the current micro-step's responses were sampled; 1 is on-policy.
 
-    1 is on-policy. TRL generates at micro-steps that are multiples of `micro_steps_per_generation` (its `_step`
-    counts micro-steps from 0 at every train start, which is an optimizer-step boundary) and steps the optimizer
-    after every `gradient_accumulation_steps` micro-steps, so the two need not line up.
+    Call it once per training micro-step, from the loss. TRL generates at the micro-steps (`_step`, counted from 0 at
+    every train start) that are multiples of `micro_steps_per_generation`; the optimizer steps after every
+    `gradient_accumulation_steps` micro-steps, and after a shorter window at the end of an epoch, so the two need not
+    line up. The optimizer-step count at the generating micro-step is therefore remembered, not derived.
     """
-    step = trainer._step
-    accumulation = trainer.args.gradient_accumulation_steps
-    generated_at = step - step % micro_steps_per_generation(trainer.args)
-    return step // accumulation - generated_at // accumulation + 1
+    if trainer._step % micro_steps_per_generation(trainer.args) == 0 or not hasattr(trainer, "_gspo_generated_at"):
+        trainer._gspo_generated_at = trainer.state.global_step
+    return trainer.state.global_step - trainer._gspo_generated_at + 1
 
 
 # ------------------------------------------------------------------------------------------ metrics and batch fields

@@ -62,6 +62,34 @@ def test_token_sized_clip_and_on_policy_setups_warn(tmp_path, caplog):
     assert caplog.text == ""
 
 
+def test_plain_grpo_config_becomes_gspo_with_a_warning(tmp_path, tiny, prompt_dataset, caplog):
+    model, tokenizer = tiny
+    grpo_args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=8, num_generations=4,
+                           max_completion_length=8, learning_rate=1e-3, report_to="none", use_cpu=True, bf16=False)
+    with caplog.at_level(logging.WARNING, logger="gspo_recipes.config"):
+        trainer = GSPOTrainer(model=model, reward_funcs=digit_count_reward, args=grpo_args,
+                              train_dataset=prompt_dataset, processing_class=tokenizer)
+    assert isinstance(trainer.args, GSPOConfig)
+    assert trainer.importance_sampling_level == "sequence" and trainer.loss_type == "grpo"
+    assert (trainer.epsilon_low, trainer.epsilon_high) == (3e-4, 4e-4)
+    assert trainer.args.steps_per_generation == 4 and trainer.args.learning_rate == 1e-3  # user's values kept
+    assert "plain trl.GRPOConfig" in caplog.text and "loss_type='dapo' -> 'grpo'" in caplog.text
+
+
+def test_token_level_ratios_with_a_sequence_sized_range_warn(tmp_path, caplog):
+    with caplog.at_level(logging.WARNING, logger="gspo_recipes.config"):
+        GSPOConfig(output_dir=str(tmp_path), importance_sampling_level="token", report_to="none")
+    assert "nearly every token is clipped" in caplog.text and "epsilon=0.2" in caplog.text
+
+
+@pytest.mark.parametrize("gas,spg", [(2, 3), (4, 3)])
+def test_misaligned_generation_is_not_called_on_policy(tmp_path, gas, spg, caplog):
+    with caplog.at_level(logging.WARNING, logger="gspo_recipes.config"):
+        cfg = GSPOConfig(output_dir=str(tmp_path), gradient_accumulation_steps=gas, steps_per_generation=spg,
+                         epsilon_calibration_steps=4, report_to="none")
+    assert "GSPO equals GRPO" not in caplog.text and cfg.epsilon_calibration_steps == 4
+
+
 # ----------------------------------------------------------------------------------------------- loss
 
 
@@ -130,18 +158,23 @@ def test_equals_trl_grpo_trainer_on_response_advantages(tmp_path, tiny, prompt_d
         assert torch.allclose(grads_gspo[name], grads_trl[name], atol=1e-6), name
     clip = metrics_gspo["clip_ratio/region_mean"][-1]
     assert 0 < clip < 1, "the crafted batch should clip some responses and not others"
-    for key in ("clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean", "entropy"):
+    trl_clip_metrics = sorted(key for key in metrics_trl if key.startswith("clip_ratio/"))
+    assert trl_clip_metrics == sorted(key for key in metrics_gspo if key.startswith("clip_ratio/"))
+    assert {"clip_ratio/low_min", "clip_ratio/high_max"} <= set(trl_clip_metrics)
+    for key in trl_clip_metrics + ["entropy"]:
         assert metrics_gspo[key][-1] == pytest.approx(metrics_trl[key][-1], abs=1e-6), key
 
 
-def test_equals_trl_with_kl_term(tmp_path, tiny, prompt_dataset):
-    gspo, trl = make_pair(tmp_path, tiny, prompt_dataset, beta=0.05)
+@pytest.mark.parametrize("bias_correction", [False, True])
+def test_equals_trl_with_kl_term(tmp_path, tiny, prompt_dataset, bias_correction):
+    gspo, trl = make_pair(tmp_path, tiny, prompt_dataset, beta=0.05, use_bias_correction_kl=bias_correction)
     inputs = with_old_logps(gspo, crafted_batch(tiny[1]))
     inputs["ref_per_token_logps"] = inputs["old_per_token_logps"] - 0.01
     loss_gspo, grads_gspo, _ = loss_and_grads(gspo, inputs)
     loss_trl, grads_trl, _ = loss_and_grads(trl, inputs)
     assert abs(loss_gspo - loss_trl) < 1e-6
-    assert all(torch.allclose(grads_gspo[n], grads_trl[n], atol=1e-6) for n in grads_gspo)
+    for name in grads_gspo:
+        assert torch.allclose(grads_gspo[name], grads_trl[name], atol=1e-6, rtol=1e-5), name
 
 
 def test_gspo_token_in_the_trainer_matches_the_reference_loss(tmp_path, tiny, prompt_dataset):
@@ -191,6 +224,24 @@ def test_training_clips_only_off_policy_minibatches(tmp_path, tiny, prompt_datas
     clipped = window["clipped_low"] + window["clipped_high"]
     assert clipped[on_policy].sum() == 0
     assert clipped[~on_policy].sum() > 0
+
+
+@pytest.mark.parametrize("gas,spg", [(2, 3), (4, 3)])
+def test_misaligned_minibatches_are_labelled_by_optimizer_steps(tmp_path, tiny, prompt_dataset, gas, spg):
+    """gas and steps_per_generation that do not line up: responses labelled 1 are exactly on-policy, every later
+    label has moved, and the off-policy ones reach the histogram's selection."""
+    model, tokenizer = tiny
+    cfg = tiny_config(tmp_path, max_steps=6, gradient_accumulation_steps=gas, steps_per_generation=spg,
+                      per_device_train_batch_size=4, gspo_diagnostics=False)
+    trainer = GSPOTrainer(model=model, reward_funcs=digit_count_reward, args=cfg, train_dataset=prompt_dataset,
+                          processing_class=tokenizer)
+    stats = attach_response_stats(trainer)
+    trainer.train()
+    window = stats.window(step=trainer.state.global_step)
+    first = window["minibatch"] == 1
+    assert first.any() and (~first).any()
+    assert torch.all(window["log_s"][first] == 0), "a response labelled on-policy was sampled before an update"
+    assert torch.all(window["log_s"][~first] != 0)
 
 
 def test_peft_lora_and_weighted_rewards(tmp_path, tiny, prompt_dataset):
