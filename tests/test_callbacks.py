@@ -230,7 +230,8 @@ def test_tensorboard_event_file_holds_the_histogram(tmp_path, tiny, prompt_datas
     assert "train/gspo/clip_frac" in events.Tags()["scalars"]
 
 
-def test_diagnostics_file_continues_on_resume(tmp_path, tiny, prompt_dataset):
+@pytest.mark.parametrize("killed_mid_write", [False, True])
+def test_diagnostics_file_continues_on_resume(tmp_path, tiny, prompt_dataset, killed_mid_write):
     from gspo_recipes.tiny import build_tiny_model_and_tokenizer
 
     model, tokenizer = tiny
@@ -239,12 +240,35 @@ def test_diagnostics_file_continues_on_resume(tmp_path, tiny, prompt_dataset):
                 processing_class=tokenizer).train()
     path = tmp_path / "gspo_diagnostics.jsonl"
     assert [line["step"] for line in read_lines(path)] == list(range(1, 9))
+    if killed_mid_write:  # as if killed while writing step 6: steps 1-5 and half a line
+        text = path.read_text().splitlines(keepends=True)
+        path.write_text("".join(text[:5]) + text[5][: len(text[5]) // 2])
     # As if the run had died after step 8 and were resumed from the checkpoint at step 4.
     model, tokenizer = build_tiny_model_and_tokenizer()
     trainer = GSPOTrainer(model=model, reward_funcs=digit_count_reward, args=cfg, train_dataset=prompt_dataset,
                           processing_class=tokenizer)
     trainer.train(resume_from_checkpoint=str(tmp_path / "checkpoint-4"))
     assert [line["step"] for line in read_lines(path)] == list(range(1, 9))
+
+
+def test_other_callbacks_add_sections_to_the_diagnostics_line(tmp_path, tiny, prompt_dataset):
+    """A section staged in `gspo_diagnostics_sections` at on_step_end lands in that step's line, whatever the order
+    in which the callbacks were added."""
+    from transformers import TrainerCallback
+
+    class Staging(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if control.should_log:
+                trainer.__dict__.setdefault("gspo_diagnostics_sections", {})["extra"] = {"at": state.global_step}
+
+    model, tokenizer = tiny
+    trainer = GSPOTrainer(model=model, reward_funcs=digit_count_reward, args=tiny_config(tmp_path, max_steps=3),
+                          train_dataset=prompt_dataset, processing_class=tokenizer)
+    trainer.add_callback(Staging())  # after the diagnostics callbacks
+    trainer.train()
+    lines = read_lines(tmp_path / "gspo_diagnostics.jsonl")
+    assert [line["step"] for line in lines] == [1, 2, 3]
+    assert [line["extra"]["at"] for line in lines] == [1, 2, 3]
 
 
 def test_two_processes_log_what_one_process_computes_over_the_same_responses(tmp_path):
