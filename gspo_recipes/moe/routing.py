@@ -143,20 +143,45 @@ class RoutingReplay(_Hooks):
                 f"RoutingReplay: routes must be (rows, seq, moe_layers={len(self.layers)}, k); got "
                 f"{tuple(routes.shape)}. Record them with RouteRecorder on the same model."
             )
+        self.model = model
         self.routes = routes
+        self._recompute_owed = False
         self._row_cursor = [0] * len(self.layers)
         self._forward_rows: list[list[slice]] = [[] for _ in self.layers]
 
     def _register(self) -> None:
+        for handle in self._handles:  # a guard left by the previous use of this object
+            handle.remove()
+        self._handles.clear()
+        self._recompute_owed = False
         self._row_cursor = [0] * len(self.layers)
         self._forward_rows = [[] for _ in self.layers]
         for layer in self.layers:
             self._handles.append(layer.router.register_forward_hook(self._router_hook(layer)))
 
-    def __exit__(self, *exc_info) -> None:
-        super().__exit__(*exc_info)
+    def __exit__(self, exc_type, *exc_info) -> None:
+        super().__exit__(exc_type, *exc_info)
         for layer in self.layers:
             layer.experts.__dict__.pop(_ROUTER_CHOICE_ATTR, None)
+        if self._recompute_owed and exc_type is None:
+            self._guard_against_late_recompute()
+
+    def _guard_against_late_recompute(self) -> None:
+        # A checkpointed forward ran under replay and its backward has not been seen: if backward recomputes a layer
+        # now, it would route freely and give silently wrong gradients. Raise then instead; the next plain forward
+        # (no backward running) shows the graph was dropped and removes the guard.
+        def guard(module, args, output):
+            if _in_backward():
+                raise RuntimeError(
+                    "RoutingReplay: gradient checkpointing recomputed an MoE layer after the replay context was "
+                    "closed, so the recomputation would not use the replayed routes. Keep backward() inside "
+                    "`with RoutingReplay(...)`."
+                )
+            for handle in self._handles:
+                handle.remove()
+            self._handles.clear()
+
+        self._handles = [layer.router.register_forward_hook(guard) for layer in self.layers]
 
     def _rows_for_call(self, layer_index: int, num_tokens: int) -> slice:
         seq = self.routes.shape[1]
@@ -179,6 +204,10 @@ class RoutingReplay(_Hooks):
         rows = slice(start, start + batch)
         self._row_cursor[layer_index] = start + batch
         self._forward_rows[layer_index].append(rows)
+        # Reentrant checkpointing runs the forward under no_grad, so grad mode cannot tell whether backward will
+        # recompute this call; a checkpointing model in training mode can.
+        if self.model.training and getattr(self.model, "is_gradient_checkpointing", False):
+            self._recompute_owed = True
         return rows
 
     def _router_hook(self, layer: MoELayer):
