@@ -145,7 +145,7 @@ class RoutingReplay(_Hooks):
             )
         self.model = model
         self.routes = routes
-        self._recompute_owed = False
+        self._recompute_owed = self._checkpointing = False
         self._row_cursor = [0] * len(self.layers)
         self._forward_rows: list[list[slice]] = [[] for _ in self.layers]
 
@@ -154,6 +154,9 @@ class RoutingReplay(_Hooks):
             handle.remove()
         self._handles.clear()
         self._recompute_owed = False
+        # Decoder layers carry `gradient_checkpointing` (transformers' GradientCheckpointingLayer); reading the
+        # modules works through DDP/accelerate wrappers too.
+        self._checkpointing = any(getattr(m, "gradient_checkpointing", False) is True for m in self.model.modules())
         self._row_cursor = [0] * len(self.layers)
         self._forward_rows = [[] for _ in self.layers]
         for layer in self.layers:
@@ -206,7 +209,7 @@ class RoutingReplay(_Hooks):
         self._forward_rows[layer_index].append(rows)
         # Reentrant checkpointing runs the forward under no_grad, so grad mode cannot tell whether backward will
         # recompute this call; a checkpointing model in training mode can.
-        if self.model.training and getattr(self.model, "is_gradient_checkpointing", False):
+        if self._checkpointing and self.layers[layer_index].block.training:
             self._recompute_owed = True
         return rows
 
