@@ -154,6 +154,46 @@ def test_transformers_sampler_logps_equal_the_recomputed_ones(tmp_path, tiny, pr
     assert_close_on(mask, out["old_per_token_logps"], recomputed_logps(trainer, out), atol=1e-5)
 
 
+def tiny_gpt2(tokenizer):
+    """GPT-2: learned absolute position embeddings, where left padding changes the log-probabilities."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=len(tokenizer), n_positions=128, n_embd=32, n_layer=2, n_head=2,
+                        pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
+                        eos_token_id=tokenizer.eos_token_id)
+    model = GPT2LMHeadModel(config)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    return model
+
+
+def test_sampler_logps_equal_the_trainers_for_absolute_position_models(tmp_path, tiny, prompt_dataset):
+    """Prompts of several lengths, left-padded: the sampler's values are what the trainer scores, token by token."""
+    _, tokenizer = tiny
+    trainer = make_trainer(tmp_path, (tiny_gpt2(tokenizer), tokenizer), prompt_dataset, old_logps_source="sampler",
+                           disable_dropout=True)  # GPT-2 has dropout: random in both passes
+    batch = [{"prompt": p} for p in ("1+2=", "30+41=", "123+4567=", "9=") for _ in range(trainer.num_generations)]
+    out = trainer._generate_and_score_completions(batch)
+    assert trainer.sampler_logprobs.old_policy_passes_skipped == 1
+    assert out["prompt_mask"].sum(1).unique().numel() > 1, "prompts of different lengths, so some are padded"
+    assert_close_on(out["completion_mask"], out["old_per_token_logps"], recomputed_logps(trainer, out), atol=1e-5)
+
+
+def test_bf16_mismatch_is_measured_and_warned_when_it_alone_would_clip(tmp_path, tiny, prompt_dataset, caplog):
+    """Under bf16 autocast the generator's and the trainer's log-probabilities differ by about the clip range's size;
+    the monitor measures it, and warns once the mismatch alone puts responses outside the range."""
+    trainer = make_trainer(tmp_path, tiny, prompt_dataset, bf16=True, sampler_mismatch_steps=1)
+    with caplog.at_level(logging.WARNING, logger="gspo_recipes.sampler.mismatch"):
+        trainer._generate_and_score_completions(generation_batch(trainer))
+    metrics = trainer._metrics["train"]
+    mean = metrics[MISMATCH_PREFIX + "log_s_mean"][-1]
+    std = metrics[MISMATCH_PREFIX + "log_s_std"][-1]
+    outside = metrics[MISMATCH_PREFIX + "outside_clip_frac"][-1]
+    assert metrics[MISMATCH_PREFIX + "token_max_abs"][-1] > 1e-4, "bf16 rounding should show"
+    assert (outside > 0.1) == ("by the mismatch alone" in caplog.text), (mean, std, outside)
+
+
 def test_sampler_mode_trains_without_old_policy_passes(tmp_path, tiny, prompt_dataset):
     """Over a training run, "sampler" runs no forward pass for the old policy and "recompute" runs one per batch."""
     counts = {}
