@@ -1,9 +1,11 @@
-"""Length shaping: DAPO's soft overlong punishment, on token counts."""
+"""Length shaping: DAPO's soft overlong punishment, on token counts (computed by `trl.rewards`)."""
 
 from __future__ import annotations
 
 import warnings
 from typing import Any
+
+from trl.rewards import get_soft_overlong_punishment
 
 from .registry import ConfiguredReward
 
@@ -29,17 +31,8 @@ def soft_overlong_punishment(
     if completion_ids is None:
         warnings.warn("soft_overlong_punishment needs completion_ids; returning None", RuntimeWarning, stacklevel=2)
         return [None] * len(completions)
-    start = max_completion_len - soft_punish_cache
-    scores: list[float | None] = []
-    for ids in completion_ids:
-        length = len(ids)
-        if length <= start:
-            scores.append(0.0)
-        elif length <= max_completion_len:
-            scores.append((start - length) / soft_punish_cache)
-        else:
-            scores.append(-1.0)
-    return scores
+    # TRL's implementation of DAPO's formula; ours adds the registry name, options from YAML and None without ids.
+    return get_soft_overlong_punishment(max_completion_len, soft_punish_cache)(completion_ids)
 
 
 def make_soft_overlong_punishment(max_completion_len: int, soft_punish_cache: int) -> ConfiguredReward:
