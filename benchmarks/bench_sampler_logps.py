@@ -39,7 +39,8 @@ try:
 except ImportError:  # run from a checkout without installing the package
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from gspo_recipes import GSPOConfig, GSPOTrainer
-from gspo_recipes.sampler_logps import MISMATCH_PREFIX, GenerationLogprobRecorder  # noqa: E402
+from gspo_recipes.sampler.generation_logprobs import GenerationLogprobRecorder  # noqa: E402
+from gspo_recipes.sampler.mismatch import MISMATCH_PREFIX  # noqa: E402
 from gspo_recipes.tiny import build_tiny_model_and_tokenizer  # noqa: E402
 
 MODES = ("recompute", "sampler")

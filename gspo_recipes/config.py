@@ -23,7 +23,7 @@ Parameters that differ from `GRPOConfig`'s defaults:
 
     gspo_diagnostics (`bool`, defaults to `True`): register the clip-fraction and log-ratio callbacks.
 
-> Old-policy log-probabilities (gspo_recipes/sampler_logps.py)
+> Old-policy log-probabilities (gspo_recipes/sampler/)
 
     old_logps_source (`str`, defaults to `"recompute"`): `"sampler"` uses the generator's log-probabilities as
         pi_old and skips the trainer's forward pass over every rollout.
