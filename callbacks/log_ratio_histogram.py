@@ -47,6 +47,7 @@ class LogRatioHistogramCallback(TrainerCallback):
         self.buckets = make_length_buckets(trainer.args.max_completion_length, length_buckets)
         self.path = diagnostics_path(trainer.args.output_dir)
         self.pending_line: dict | None = None  # built at on_step_end, written at on_log
+        trainer.__dict__.setdefault("gspo_diagnostics_sections", {})  # other callbacks' additions to the next line
 
     def on_train_begin(self, args, state, control, **kwargs):
         if state.is_world_process_zero:
@@ -72,7 +73,7 @@ class LogRatioHistogramCallback(TrainerCallback):
         )
 
     def on_log(self, args, state, control, **kwargs):
-        sections = getattr(self.trainer, "gspo_diagnostics_sections", None) or {}
+        sections = self.trainer.gspo_diagnostics_sections
         line, self.pending_line = self.pending_line, None
         if line is None and sections:  # another callback logged at a step without responses
             line = {"step": state.global_step}
