@@ -184,8 +184,8 @@ def _serve(job, exit_now, set_timer, real_timer, base_exception):
         line = requests.readline(max_message)
         if not line:
             exit_now(0)
-        request = loads(line)
-        reply(timed(request[-1], lambda: respond(request)))  # noqa: B023 (called at once)
+        request_id, *request = loads(line)
+        reply([request_id, *timed(request[-1], lambda: respond(request))])  # noqa: B023 (called at once)
 
 
 def _call(request, target, decode, as_data):

@@ -47,21 +47,28 @@ class SandboxWorker:
         finally:
             os.close(job_write)
         self._buffer = bytearray()
+        self._sent = 0
         self._closed = False
         self._selector = selectors.DefaultSelector()
         self._selector.register(self._replies, selectors.EVENT_READ)
 
     def request(self, message: list, timeout_s: float) -> list:
         """Send one request and wait at most `timeout_s` for its reply; `WorkerGone` (and the worker killed) when
-        none comes, or when what comes is not a well-formed reply."""
+        none comes, or when what comes is not a well-formed reply to this very request (each carries a number the
+        reply must echo: a line the program writes itself onto the pipe puts the conversation out of step)."""
+        self._sent += 1
         try:
-            _write_all(self._requests, dumps(message))
+            _write_all(self._requests, dumps([self._sent, *message]))
         except BaseException as error:
             self.close()
             if isinstance(error, OSError):
                 raise WorkerGone("worker is gone") from None
             raise
-        return self.receive(timeout_s)
+        reply = self.receive(timeout_s)
+        if reply[0] != self._sent:
+            self.close()
+            raise WorkerGone("worker answered out of turn")
+        return reply[1:]
 
     def receive(self, timeout_s: float) -> list:
         try:
@@ -87,7 +94,7 @@ class SandboxWorker:
             message = loads(line)
         except (ValueError, NotPlainData):
             message = None
-        if type(message) is not list or not message or type(message[0]) is not str:
+        if type(message) is not list or not message or type(message[0]) not in (str, int):
             self.close()
             raise WorkerGone("worker sent a malformed reply")
         return message
