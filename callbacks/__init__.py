@@ -7,6 +7,7 @@ Each drops into any TRL `GRPOTrainer` with `importance_sampling_level="sequence"
 from .clip_fraction import ClipFractionByLengthCallback, HealthWarnings
 from .log_ratio_histogram import DIAGNOSTICS_FILE, LogRatioHistogramCallback
 from .response_stats import ResponseStats, attach_response_stats
+from .reward_hacking import RewardHackingCallback
 
 
 def default_callbacks(trainer) -> list:
@@ -19,6 +20,7 @@ __all__ = [
     "LogRatioHistogramCallback",
     "HealthWarnings",
     "ResponseStats",
+    "RewardHackingCallback",
     "attach_response_stats",
     "default_callbacks",
     "DIAGNOSTICS_FILE",

@@ -21,7 +21,8 @@ PATTERNS = (
     "ctypes",  # ctypes/cffi: patching memory, int.__eq__ included
     "builtins_assignment",  # builtins.x = ..., __builtins__[...] = ..., setattr(builtins, ...)
     "sys_modules_assignment",  # sys.modules[...] = ..., sys.modules.update(...)
-    "shadows_builtin",  # a top-level abs, set, isinstance... that tests would otherwise take from Python
+    "module_patching",  # math.fabs = ...: changing a module the tests use too
+    "shadows_builtin",  # a top-level abs, set, isinstance, math... that tests would otherwise take from Python
     "builtin_subclass",  # class X(int | float | str | complex): passes isinstance guards, compares its own way
     "constant_comparison",  # __eq__/__ne__/__lt__/__bool__/__hash__ that return a constant
     "proc_access",  # /proc/self/mem and friends
@@ -46,6 +47,7 @@ _EXITS = {("os", "_exit"), ("os", "abort"), ("os", "kill"), ("os", "killpg"), ("
 _SHADOWED = {"abs", "all", "any", "bool", "dict", "float", "frozenset", "hash", "int", "isinstance", "issubclass",
              "len", "list", "map", "repr", "round", "set", "sorted", "str", "sum", "tuple", "type", "zip", "exec",
              "eval", "compile", "__import__", "getattr", "id", "object", "min", "max"}  # fmt: skip
+_TEST_MODULES = {"math", "cmath", "re", "sys", "os", "collections", "itertools", "random", "string", "heapq"}
 _BUILTIN_BASES = {"int", "float", "str", "complex", "bool"}
 _COMPARISONS = {"__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__bool__", "__hash__", "__len__",
                 "__contains__", "__instancecheck__", "__subclasscheck__"}  # fmt: skip
@@ -58,6 +60,8 @@ def scan_code(source: str) -> set[str]:
     except (SyntaxError, ValueError):
         return set()
     found: set[str] = set()
+    modules = {(alias.asname or alias.name).split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+               for alias in node.names}  # fmt: skip
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute):
             found |= _attribute_patterns(_root_name(node.value), node.attr)
@@ -70,7 +74,7 @@ def scan_code(source: str) -> set[str]:
         elif isinstance(node, ast.Raise) and _root_name(node.exc) == "SystemExit":
             found.add("exit_call")
         elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
-            found |= _assignment_patterns(node)
+            found |= _assignment_patterns(node, modules)
         elif isinstance(node, ast.ClassDef):
             found |= _class_patterns(node)
     for node in tree.body:  # top level only: a local `max = 0` inside a function shadows nothing the tests use
@@ -134,7 +138,7 @@ def _is_sys_modules(node: ast.AST) -> bool:
     return isinstance(node, ast.Attribute) and node.attr == "modules" and _root_name(node.value) == "sys"
 
 
-def _assignment_patterns(node: ast.AST) -> set[str]:
+def _assignment_patterns(node: ast.AST, modules: set[str]) -> set[str]:
     targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
     found = set()
     for target in targets:
@@ -143,6 +147,8 @@ def _assignment_patterns(node: ast.AST) -> set[str]:
                 found.add("builtins_assignment")
             if isinstance(sub, ast.Subscript) and _is_sys_modules(sub.value):
                 found.add("sys_modules_assignment")
+            elif isinstance(sub, ast.Attribute) and isinstance(sub.ctx, ast.Store) and _root_name(sub) in modules:
+                found.add("builtins_assignment" if _root_name(sub) == "builtins" else "module_patching")
             if isinstance(sub, ast.Attribute) and sub.attr in _COMPARISONS:
                 found.add("constant_comparison")  # int.__eq__ = ..., obj.__eq__ = lambda *a: True
     return found
@@ -177,10 +183,13 @@ def _shadowing(node: ast.stmt) -> set[str]:
         names.add(node.name)
     elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-        names |= {sub.id for target in targets for sub in ast.walk(target) if isinstance(sub, ast.Name)}
-    elif isinstance(node, (ast.Import, ast.ImportFrom)):
-        names |= {alias.asname or alias.name for alias in node.names}
-    return {"shadows_builtin"} if names & _SHADOWED else set()
+        for target in targets:  # bound names only: `sys.modules[...] = ...` binds no `sys`
+            elements = target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target]
+            names |= {element.id for element in elements if isinstance(element, ast.Name)}
+    elif isinstance(node, (ast.Import, ast.ImportFrom)):  # importing a module under its own name shadows nothing
+        names |= {alias.asname or alias.name for alias in node.names} - _TEST_MODULES
+    shadowed = {name for name in names if name in _SHADOWED or name in _TEST_MODULES}
+    return {"shadows_builtin"} if shadowed else set()
 
 
 # ----------------------------------------------------------------------------------------------------------------
