@@ -16,12 +16,12 @@ def default_callbacks(trainer) -> list:
 
 
 __all__ = [
+    "DIAGNOSTICS_FILE",
     "ClipFractionByLengthCallback",
-    "LogRatioHistogramCallback",
     "HealthWarnings",
+    "LogRatioHistogramCallback",
     "ResponseStats",
     "RewardHackingCallback",
     "attach_response_stats",
     "default_callbacks",
-    "DIAGNOSTICS_FILE",
 ]

@@ -30,7 +30,11 @@ SCRIPT = (
     + "    assert abs(candidate(10, 20) - 30) < 1e-6\n    assert set([candidate(1, 1)]) == {2}\n"
 )
 IO_MAIN = "\nprint(add(*map(int, input().split())))\n"
-IO_CASES = [{"input": "1 2\n", "output": "3\n"}, {"input": "2 5\n", "output": "7\n"}, {"input": "-1 3\n", "output": "2\n"}]
+IO_CASES = [
+    {"input": "1 2\n", "output": "3\n"},
+    {"input": "2 5\n", "output": "7\n"},
+    {"input": "-1 3\n", "output": "2\n"},
+]
 # What the honest answers score; the hacks must score exactly what WRONG scores.
 EXPECTED = {"asserts": {"correct": 1.0, "wrong": 0.0, "partial": 0.8}, "script": {"correct": 1.0, "wrong": 0.0,
             "partial": 0.0}, "io": {"correct": 1.0, "wrong": 0.0, "partial": pytest.approx(2 / 3)}}  # fmt: skip
@@ -53,7 +57,7 @@ POLY_HACKS = {
 }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def scores(style: str) -> dict[str, float | None]:
     """Every control and hack scored in one batch for `style`."""
     programs = {**CONTROLS, **HACKS}
@@ -99,7 +103,13 @@ def test_helpers_the_prompt_defines_come_from_the_prompt():
 def test_the_hacks_do_beat_the_in_process_harness():
     """The suite has teeth: against the old design (tests beside the model's code, verdict = exit status) the
     forging hacks pass everything. The fallback still runs that way, for rows that inspect program classes."""
-    forging = ["frame_walk", "gc_heap_scan", "builtins_exec_replaced", "always_equal_object", "int_subclass_equal_to_everything"]
+    forging = [
+        "frame_walk",
+        "gc_heap_scan",
+        "builtins_exec_replaced",
+        "always_equal_object",
+        "int_subclass_equal_to_everything",
+    ]
     backend = code.resolve_backend(None)
     for name in forging:
         [job] = code._fallback_jobs(HACKS[name], "asserts", ASSERTS[:3] + ASSERTS[4:], "", TIMEOUT_S, Limits())

@@ -3,9 +3,9 @@
 from types import SimpleNamespace
 
 import pytest
+from gspo_recipes.callbacks import RewardHackingCallback
 from reward_hacks import HACKS, WRONG
 
-from gspo_recipes.callbacks import RewardHackingCallback
 from gspo_recipes.rewards import code_execution, code_execution_binary
 from gspo_recipes.rewards.hacking import PATTERNS, SUSPICIOUS_COUNTS, scan_code
 
@@ -13,8 +13,10 @@ HONEST = [
     WRONG,
     "import sys\nfrom collections import Counter\n\ndef add(a, b):\n    best = max(a, b)\n    return a + b\n",
     "def solve():\n    n = int(input())\n    print(sorted(map(int, input().split()))[:n])\n\nsolve()\n",
-    "class Point:\n    def __init__(self, x):\n        self.x = x\n    def __eq__(self, other):\n"
-    "        return isinstance(other, Point) and self.x == other.x\n",
+    (
+        "class Point:\n    def __init__(self, x):\n        self.x = x\n    def __eq__(self, other):\n"
+        "        return isinstance(other, Point) and self.x == other.x\n"
+    ),
     "import math\n\ndef area(r):\n    return math.pi * r * r  # reads no /proc\n",
     "def f(s):\n    return s.replace('a', 'b').strip()\n",
 ]
@@ -77,7 +79,12 @@ def test_code_rewards_log_suspicious_frac_under_their_own_names():
         assert logged[f"rewards/{name}/suspicious_frac"] == 0.5
         counts = SUSPICIOUS_COUNTS.drain()[name]
         # both hacks walk frames (the gc one through its shared helper); one scans the heap
-        assert (counts["completions"], counts["suspicious"], counts["frame_access"], counts["gc_access"]) == (4, 2, 2, 1)
+        assert (counts["completions"], counts["suspicious"], counts["frame_access"], counts["gc_access"]) == (
+            4,
+            2,
+            2,
+            1,
+        )
     assert code_execution(sources[:1], tests=tests[:1]) == [0.0]  # a plain call, without log_metric
 
 

@@ -24,8 +24,9 @@ import os
 import re
 import secrets
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any
 
 from .hacking import record_scan
 from .judge import STARTUP_ALLOWANCE_S, inspected_classes
@@ -165,7 +166,7 @@ class _Job:
     """One unit of work: kind "judge" (a row's tests, in the judge pool), "io" (one stdin/stdout case) or "tests"
     (the fallback: a chunk of tests run by the harness beside the program)."""
 
-    __slots__ = ("kind", "payload", "stdin", "expected", "total", "limits")
+    __slots__ = ("expected", "kind", "limits", "payload", "stdin", "total")
 
     def __init__(self, kind, payload, total, limits, stdin=None, expected=None):
         self.kind, self.payload, self.total, self.limits = kind, payload, total, limits

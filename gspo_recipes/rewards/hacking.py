@@ -128,9 +128,9 @@ def _call_patterns(node: ast.Call) -> set[str]:
         return {"exit_call"}
     if name in ("setattr", "delattr") and node.args and _root_name(node.args[0]) in ("builtins", "__builtins__"):
         return {"builtins_assignment"}
-    if isinstance(node.func, ast.Attribute) and node.func.attr in ("update", "setdefault", "__setitem__"):
-        if _is_sys_modules(node.func.value):
-            return {"sys_modules_assignment"}
+    updates = ("update", "setdefault", "__setitem__")
+    if isinstance(node.func, ast.Attribute) and node.func.attr in updates and _is_sys_modules(node.func.value):
+        return {"sys_modules_assignment"}
     return set()
 
 
@@ -159,9 +159,9 @@ def _class_patterns(node: ast.ClassDef) -> set[str]:
     if any(_root_name(base) in _BUILTIN_BASES for base in node.bases):
         found.add("builtin_subclass")
     for item in node.body:
-        if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name in _COMPARISONS:
-            if _returns_only_constants(item):
-                found.add("constant_comparison")
+        is_method = isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
+        if is_method and item.name in _COMPARISONS and _returns_only_constants(item):
+            found.add("constant_comparison")
         elif isinstance(item, ast.Assign) and any(getattr(t, "id", None) in _COMPARISONS for t in item.targets):
             if isinstance(item.value, ast.Lambda) and isinstance(item.value.body, ast.Constant):
                 found.add("constant_comparison")

@@ -36,6 +36,7 @@ def _run_harness():
     with open(int(sys.argv[1]), "rb") as job_file:
         job = json.loads(job_file.read())
 
+    sys.path.extend(job.get("sys_path", []))  # started with -S: the environment's packages, without its .pth files
     for name, (soft, hard) in job["rlimits"].items():
         resource.setrlimit(getattr(resource, name), (soft, hard))
 

@@ -142,7 +142,7 @@ def _run_helpers(source: str, budget_s: float) -> dict:
     if source:
         try:
             _run_timed(compile(source, "prompt.py", "exec"), helpers, budget_s)
-        except BaseException:  # a prompt whose code does not run provides no helpers
+        except BaseException:  # noqa: BLE001 (a prompt whose code does not run, however it fails, provides no helpers)
             return {}
     return helpers
 
@@ -154,7 +154,7 @@ def _run_test(test, namespace: dict, link: _Link, per_test_s: float) -> bool:
     try:
         _run_timed(test, namespace, per_test_s + 2 * REPLY_GRACE_S)
         return True
-    except BaseException:
+    except BaseException:  # noqa: BLE001 (whatever a test raises, timeouts included, fails it)
         return False
 
 
@@ -164,7 +164,7 @@ def _run_timed(code, namespace: dict, budget_s: float) -> None:
         with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink):
             signal.setitimer(signal.ITIMER_REAL, budget_s)
             try:
-                exec(code, namespace)
+                exec(code, namespace)  # noqa: S102 (the dataset's tests, never the model's code)
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
     finally:
@@ -190,7 +190,7 @@ class Remote:
     as plain data (or as another `Remote`); everything else (comparison, truth, length, iteration) raises: an
     object the model controls is never what a test compares."""
 
-    __slots__ = ("_link", "_target", "_generation")
+    __slots__ = ("_generation", "_link", "_target")
 
     def __init__(self, link: _Link, target: list, generation: int):
         self._link, self._target, self._generation = link, target, generation

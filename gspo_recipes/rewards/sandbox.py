@@ -26,6 +26,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import threading
 import time
@@ -41,6 +42,9 @@ _UID_OFFSET = random.Random(os.getpid() ^ time.time_ns()).randrange(SANDBOX_UIDS
 # The plain-data codec first: the harness's serve mode uses it (see wire.py and harness.py).
 _HARNESS_SOURCE = Path(__file__).with_name("wire.py").read_text() + Path(__file__).with_name("harness.py").read_text()
 _WORKDIR_IN_BWRAP = "/tmp/work"
+# The interpreter starts without `site` (-S): processing the environment's .pth files is most of its start-up time.
+# Its package directories are put on sys.path by the harness instead, so model code can still import numpy & co.
+SITE_DIRS = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,7 +102,8 @@ def run_harness(
     """
     backend = resolve_backend(backend)
     with _uid_slot() as uid:
-        return _launch(backend, uid, dict(job, rlimits=limits.rlimits()), stdin, limits, capture_stdout, capture_stderr)
+        job = dict(job, rlimits=limits.rlimits(), sys_path=SITE_DIRS)
+        return _launch(backend, uid, job, stdin, limits, capture_stdout, capture_stderr)
 
 
 class SandboxUnavailable(RuntimeError):
@@ -221,7 +226,7 @@ def _drop_privileges(uid: int) -> list[str]:
 
 
 def _python_command() -> list[str]:
-    return [sys.executable, "-I", "-B", "-c", _HARNESS_SOURCE]
+    return [sys.executable, "-I", "-S", "-B", "-c", _HARNESS_SOURCE]
 
 
 def _python_mounts() -> list[str]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import selectors
 import time
 
@@ -39,7 +40,8 @@ class SandboxWorker:
             raise
         os.close(request_read)
         os.close(reply_write)
-        job = {"mode": "serve", "program": program, "per_test_s": per_test_s, "rlimits": limits.rlimits()}
+        job = {"mode": "serve", "program": program, "per_test_s": per_test_s, "rlimits": limits.rlimits(),
+               "sys_path": sandbox.SITE_DIRS}  # fmt: skip
         try:
             _write_all(job_write, json.dumps(job).encode())
         except OSError:
@@ -107,13 +109,25 @@ class SandboxWorker:
         if self._closed:
             return
         self._closed = True
-        sandbox._kill_group(self.process, self._namespaced, exited=False)
+        os.close(self._requests)  # a worker waiting for its next request exits on its own: cheaper than a kill
+        # Not reaped yet: the group's id stays reserved for the kill that follows (see sandbox._supervise).
+        sandbox._kill_group(self.process, self._namespaced, exited=_exits_within(self.process.pid, 0.05))
         self.process.wait()
         self._selector.close()
-        for fd in (self._requests, self._replies):
-            os.close(fd)
+        os.close(self._replies)
         self._cleanup()
         self._uid.__exit__(None, None, None)
+
+
+def _exits_within(pid: int, timeout_s: float) -> bool:
+    """Whether the process exits within `timeout_s`, without reaping it."""
+    fd = sandbox._pidfd(pid)
+    if fd is None:
+        return False
+    try:
+        return bool(select.select([fd], [], [], timeout_s)[0])
+    finally:
+        os.close(fd)
 
 
 def _write_all(fd: int, data: bytes) -> None:
