@@ -163,8 +163,8 @@ def _class_patterns(node: ast.ClassDef) -> set[str]:
         if is_method and item.name in _COMPARISONS and _returns_only_constants(item):
             found.add("constant_comparison")
         elif isinstance(item, ast.Assign) and any(getattr(t, "id", None) in _COMPARISONS for t in item.targets):
-            if isinstance(item.value, ast.Lambda) and isinstance(item.value.body, ast.Constant):
-                found.add("constant_comparison")
+            constant_lambda = isinstance(item.value, ast.Lambda) and isinstance(item.value.body, ast.Constant)
+            found |= {"constant_comparison"} if constant_lambda else set()
     return found
 
 
