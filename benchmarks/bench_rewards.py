@@ -2,7 +2,7 @@
 
   gsm8k_accuracy   vs math-verify `parse`/`verify` item by item in this process
   math_accuracy    vs the same
-  code_execution   vs one `subprocess.run` per test, no sandbox, one after the other
+  code_execution   vs one `subprocess.run` per problem (program and its asserts), no sandbox, one after the other
 
 The data is synthetic (no network here) but shaped like the real thing: GSM8K-style reasoning ending in one of the
 usual answer formats, MATH-style `\\boxed{}` answers of every kind (integers, fractions, roots, intervals,
@@ -105,19 +105,19 @@ def math_verify_one_by_one(completions: list[str], golds: list[str]) -> list[flo
     return [float(verify(parse(gold), parse(text))) for text, gold in zip(completions, golds)]
 
 
-def subprocess_per_test(completions: list[str], tests: list[list[str]]) -> list[float]:
+def subprocess_per_problem(completions: list[str], tests: list[list[str]]) -> list[float]:
+    """One unsandboxed Python per problem: the program, then each assert on its own; it prints how many passed."""
     from gspo_recipes.rewards import extract_code
 
     scores = []
     for completion, row in zip(completions, tests):
-        program = extract_code(completion)
-        passed = 0
-        for test in row:
-            try:
-                done = subprocess.run([sys.executable, "-c", f"{program}\n{test}\n"], capture_output=True, timeout=10)
-                passed += done.returncode == 0
-            except subprocess.TimeoutExpired:
-                pass
+        runner = "".join(f"try:\n    exec({test!r})\n    passed += 1\nexcept Exception:\n    pass\n" for test in row)
+        source = f"{extract_code(completion)}\npassed = 0\n{runner}print(passed)\n"
+        try:
+            done = subprocess.run([sys.executable, "-c", source], capture_output=True, text=True, timeout=10)
+            passed = int(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else 0
+        except (subprocess.TimeoutExpired, ValueError, IndexError):
+            passed = 0
         scores.append(passed / len(row))
     return scores
 
@@ -129,21 +129,32 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="small batches, for a smoke run")
+    parser.add_argument("--only", choices=["math", "code"], help="only the math rows, or only the code row")
     args = parser.parse_args()
     n_gsm, n_math, n_code = (200, 60, 16) if args.quick else (2000, 300, 96)
 
+    do_math, do_code = args.only != "code", args.only != "math"
     # Warm-up on untimed items: math-verify imported here, reward workers started, sandbox probed.
-    warm_c, warm_g = math_items(8, seed=99)
-    math_verify_one_by_one(warm_c, warm_g)
-    math_accuracy(warm_c, answer=warm_g)
-    gsm8k_accuracy(*gsm8k_items(8, seed=99))
+    if do_math:
+        warm_c, warm_g = math_items(8, seed=99)
+        math_verify_one_by_one(warm_c, warm_g)
+        math_accuracy(warm_c, answer=warm_g)
+        gsm8k_accuracy(*gsm8k_items(8, seed=99))
     warm_code, warm_tests = code_items(4, seed=99)
     code_execution(warm_code, tests=warm_tests)
-    subprocess_per_test(warm_code[:1], warm_tests[:1])
+    subprocess_per_problem(warm_code[:1], warm_tests[:1])
 
-    rows = {name: [] for name in ("gsm8k_accuracy", "math_accuracy", "math_accuracy/8", "code_execution")}
+    names = ("gsm8k_accuracy", "math_accuracy", "math_accuracy/8") * do_math + ("code_execution",) * do_code
+    rows = {name: [] for name in names}
     agreement = {name: [] for name in rows}
     for repeat in range(args.repeats):
+        if do_code:
+            completions_c, tests = code_items(n_code, seed=repeat)
+            measure(rows, agreement, "code_execution", n_code,
+                    lambda: code_execution(completions_c, tests=tests),
+                    lambda: subprocess_per_problem(completions_c, tests))  # fmt: skip
+        if not do_math:
+            continue
         completions, answers = gsm8k_items(n_gsm, seed=repeat)
         golds = [a.rsplit("####", 1)[1].strip() for a in answers]
         measure(rows, agreement, "gsm8k_accuracy", n_gsm,
@@ -156,11 +167,6 @@ def main() -> None:
             measure(rows, agreement, name, n_math,
                     lambda: math_accuracy(completions_m, answer=answers_m),
                     lambda: math_verify_one_by_one(completions_m, boxed_golds))  # fmt: skip
-
-        completions_c, tests = code_items(n_code, seed=repeat)
-        measure(rows, agreement, "code_execution", n_code,
-                lambda: code_execution(completions_c, tests=tests),
-                lambda: subprocess_per_test(completions_c, tests))  # fmt: skip
 
     print(f"completions/s, median of {args.repeats} (cores: {len(__import__('os').sched_getaffinity(0))})")
     print("math_accuracy: every completion a different prompt; math_accuracy/8: GRPO groups of 8 generations")

@@ -11,19 +11,24 @@ from gspo_recipes.response_stats import ResponseStats
 
 from .clip_fraction import ClipFractionByLengthCallback
 from .log_ratio_histogram import LogRatioHistogramCallback
+from .reward_hacking import CODE_REWARDS, RewardHackingCallback
 
 
 def default_callbacks(trainer) -> list:
-    """The callbacks `GSPOTrainer` registers when `gspo_diagnostics` is on."""
-    return [ClipFractionByLengthCallback(trainer), LogRatioHistogramCallback(trainer)]
+    """The callbacks `GSPOTrainer` registers when `gspo_diagnostics` is on (reward hacking: with a code reward)."""
+    callbacks = [ClipFractionByLengthCallback(trainer), LogRatioHistogramCallback(trainer)]
+    if any(name in CODE_REWARDS for name in getattr(trainer, "reward_func_names", [])):
+        callbacks.append(RewardHackingCallback(trainer))
+    return callbacks
 
 
 __all__ = [
+    "DIAGNOSTICS_FILE",
     "ClipFractionByLengthCallback",
-    "LogRatioHistogramCallback",
     "HealthWarnings",
+    "LogRatioHistogramCallback",
     "ResponseStats",
+    "RewardHackingCallback",
     "attach_response_stats",
     "default_callbacks",
-    "DIAGNOSTICS_FILE",
 ]

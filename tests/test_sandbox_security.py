@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from gspo_recipes.rewards import code_execution, sandbox
+from gspo_recipes.rewards import code, code_execution, pool, sandbox
 
 TIMEOUT_S = 0.5  # per test; a run's wall deadline is start-up allowance (1 s) + TIMEOUT_S * (tests + 1)
 SLACK_S = 1.5  # past a run's deadline, what killing and reaping may take on a loaded machine
@@ -32,19 +32,25 @@ def _backend_param(name):
     return pytest.param(name, marks=pytest.mark.skipif(not usable, reason=f"{name} does not work here"))
 
 
+@pytest.fixture(scope="module", autouse=True)
+def launch_log(tmp_path_factory):
+    """Every sandbox run starts a new session whose id is the launched pid; the sandbox writes those pids here, from
+    this process and from the judge processes (restarted so that they see the setting)."""
+    path = tmp_path_factory.mktemp("launches") / "sessions.txt"
+    path.write_text("")
+    os.environ["GSPO_SANDBOX_LAUNCH_LOG"] = str(path)
+    pool.get_pool(code._JUDGE_POOL).close()
+    yield path
+    del os.environ["GSPO_SANDBOX_LAUNCH_LOG"]
+    pool.get_pool(code._JUDGE_POOL).close()
+
+
 @pytest.fixture(params=[_backend_param(name) for name in sandbox.BACKENDS])
-def backend(request, monkeypatch):
-    # Every run starts a new session whose id is the launched pid: remember them, to look for leftovers by session
-    # (other test runs on the same machine may be sandboxing at the same time).
-    sessions = set()
-
-    class RecordingPopen(subprocess.Popen):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            sessions.add(self.pid)
-
-    monkeypatch.setattr(sandbox.subprocess, "Popen", RecordingPopen)
+def backend(request, launch_log):
+    # Look for leftovers by session: other test runs on the same machine may be sandboxing at the same time.
+    launch_log.write_text("")
     yield request.param
+    sessions = {int(line) for line in launch_log.read_text().split()}
     deadline = time.monotonic() + 2  # a killed namespace takes a moment to be torn down
     while _left_behind(sessions) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -61,9 +67,15 @@ def _left_behind(sessions):
         except (OSError, IndexError):
             continue
         state, parent, session = stat_fields[0], int(stat_fields[1]), int(stat_fields[3])
-        if (session in sessions and state != "Z") or (state == "Z" and parent == os.getpid()):
+        if (session in sessions and state != "Z") or (state == "Z" and parent in _our_processes()):
             found.append((entry.name, state))
     return found
+
+
+def _our_processes():
+    """This process and the judge processes: the ones that must reap what they started."""
+    judges = pool._pools.get(code._JUDGE_POOL)
+    return {os.getpid(), *(worker.process.pid for worker in (judges._workers if judges else []))}
 
 
 def score(backend, program, tests, timeout_s=TIMEOUT_S, **kwargs):

@@ -5,14 +5,16 @@ library. The job (program, tests, limits, nonce) arrives as JSON on the file des
 which is closed before any model code runs; fd 0 is left untouched for the program's own input.
 
 Modes:
+  serve    the worker of the judged modes (see `judge.py`): run the program, then answer calls
+           `(function, arguments)` with the result as plain data (`wire.py`, prepended to this source). It holds no
+           tests, no expected values and no verdict: the judge, another process, decides.
   io       run the program as `__main__`; the caller compares its stdout. Exit status: the program's own.
-  asserts  run the program, then each test statement on its own with a per-test alarm.
-  script   run the program, then one test script (HumanEval's `check(...)`).
+  asserts  (fallback, weaker) run the program, then each test statement on its own with a per-test alarm.
+  script   (fallback, weaker) run the program, then one test script (HumanEval's `check(...)`).
 
-In the test modes the harness exits with `nonce + number of tests passed`. The nonce is random per run and lies
-outside the codes that crashes, signals and `os._exit(0)` produce, so a program that exits early, or exits from an
-atexit hook, cannot pass by accident. Tests run in a namespace of their own whose builtins are a copy taken before
-the program ran, so redefining `check`, a test helper or a builtin changes nothing the tests see.
+In the fallback modes the harness exits with `nonce + number of tests passed`: the verdict is made inside the process
+that runs model code, which can reach the nonce and the tests (frames, `gc`) and forge it. They serve only rows whose
+tests inspect classes the program defines (see `code.py`), and the reward says so in its logs.
 """
 
 
@@ -34,10 +36,13 @@ def _run_harness():
     with open(int(sys.argv[1]), "rb") as job_file:
         job = json.loads(job_file.read())
 
+    sys.path.extend(job.get("sys_path", []))  # started with -S: the environment's packages, without its .pth files
     for name, (soft, hard) in job["rlimits"].items():
         resource.setrlimit(getattr(resource, name), (soft, hard))
 
     mode = job["mode"]
+    if mode == "serve":
+        _serve(job, exit_now, set_timer, real_timer, base_exception)
     try:
         program = compile(job["program"], "solution.py", "exec")
     except base_exception:
@@ -93,6 +98,106 @@ def _run_harness():
             for test in tests:
                 passed += run(test, test_namespace)
     exit_now(nonce + passed)
+
+
+def _serve(job, exit_now, set_timer, real_timer, base_exception):
+    import os
+    import signal
+    import sys
+
+    # The codec is wire.py, which sandbox.py puts in front of this source.
+    codec = globals()
+    dumps, loads, encode, decode = (codec[name] for name in ("dumps", "loads", "encode", "decode"))
+    max_message, max_items = codec["MAX_MESSAGE_BYTES"], codec["MAX_ITERATOR_ITEMS"]
+    requests = os.fdopen(int(sys.argv[2]), "rb")
+    reply_fd = int(sys.argv[3])
+    write = os.write
+
+    def reply(message):
+        data = dumps(message)
+        while data:
+            data = data[write(reply_fd, data) :]
+
+    class CallTimeout(base_exception):
+        pass
+
+    def on_alarm(signum, frame):
+        raise CallTimeout()
+
+    signal.signal(signal.SIGALRM, on_alarm)
+    handles = []
+
+    def as_data(value):
+        def fallback(obj, encode_inner):
+            if hasattr(type(obj), "__next__"):  # a generator or other iterator: its items, up to a cap
+                items = []
+                for item in obj:
+                    items.append(encode_inner(item))
+                    if len(items) > max_items:
+                        break
+                else:
+                    return ["i", items]
+            handles.append(obj)
+            return ["h", len(handles) - 1]
+
+        return encode(value, fallback)
+
+    def resolve(handle_id):
+        return handles[handle_id]
+
+    def target(spec):  # ["name", global name] or ["h", handle id]
+        return namespace[spec[1]] if spec[0] == "name" else handles[spec[1]]
+
+    def timed(budget, action):
+        try:
+            try:
+                set_timer(real_timer, max(budget, 0.001))
+                return ["ok", *action()]
+            finally:
+                set_timer(real_timer, 0)
+        except CallTimeout:
+            return ["timeout"]
+        except base_exception as error:
+            return ["raised", type(error).__name__, str(error)[:1000]]
+
+    namespace = {"__name__": "solution", "__builtins__": __builtins__}
+    try:
+        program = compile(job["program"], "solution.py", "exec")
+    except base_exception:
+        reply(["load_failed"])
+        exit_now(1)
+    loaded = timed(job["per_test_s"], lambda: exec(program, namespace) or ())
+    reply(["ready"] if loaded[0] == "ok" else ["load_failed"])
+    if loaded[0] != "ok":
+        exit_now(1)
+    def respond(request):
+        kind = request[0]
+        if kind == "get":
+            name = request[1]
+            return [True, as_data(namespace[name])] if name in namespace else [False]
+        if kind == "call":
+            return _call(request, target, lambda data: decode(data, resolve), as_data)
+        if kind == "getattr":
+            return [as_data(getattr(target(request[1]), request[2]))]
+        return [as_data((repr if request[2] == "repr" else str)(target(request[1])))]  # "text"
+
+    while True:
+        line = requests.readline(max_message)
+        if not line:
+            exit_now(0)
+        request_id, *request = loads(line)
+        reply([request_id, *timed(request[-1], lambda: respond(request))])  # noqa: B023 (called at once)
+
+
+def _call(request, target, decode, as_data):
+    _, spec, args, kwargs, _budget = request
+    function = target(spec)
+    args = [decode(arg) for arg in args]
+    kwargs = {key: decode(value) for key, value in kwargs}
+    result = function(*args, **kwargs)
+    # The arguments after the call, for functions that change them in place (containers only).
+    after = [as_data(arg) if type(arg) in (list, dict, set, bytearray) else None for arg in args]
+    return [as_data(result), after]
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import threading
 import time
@@ -38,8 +39,12 @@ SANDBOX_UIDS = 1024  # 60000-61023: below systemd's DynamicUser range (61184-655
 # Processes on one machine (trainer ranks, test runs) start at different points of the range, so that they rarely
 # share a uid, and with it a process limit.
 _UID_OFFSET = random.Random(os.getpid() ^ time.time_ns()).randrange(SANDBOX_UIDS)
-_HARNESS_SOURCE = (Path(__file__).with_name("harness.py")).read_text()
+# The plain-data codec first: the harness's serve mode uses it (see wire.py and harness.py).
+_HARNESS_SOURCE = Path(__file__).with_name("wire.py").read_text() + Path(__file__).with_name("harness.py").read_text()
 _WORKDIR_IN_BWRAP = "/tmp/work"
+# The interpreter starts without `site` (-S): processing the environment's .pth files is most of its start-up time.
+# Its package directories are put on sys.path by the harness instead, so model code can still import numpy & co.
+SITE_DIRS = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,7 +102,8 @@ def run_harness(
     """
     backend = resolve_backend(backend)
     with _uid_slot() as uid:
-        return _launch(backend, uid, dict(job, rlimits=limits.rlimits()), stdin, limits, capture_stdout, capture_stderr)
+        job = dict(job, rlimits=limits.rlimits(), sys_path=SITE_DIRS)
+        return _launch(backend, uid, job, stdin, limits, capture_stdout, capture_stderr)
 
 
 class SandboxUnavailable(RuntimeError):
@@ -220,7 +226,7 @@ def _drop_privileges(uid: int) -> list[str]:
 
 
 def _python_command() -> list[str]:
-    return [sys.executable, "-I", "-B", "-c", _HARNESS_SOURCE]
+    return [sys.executable, "-I", "-S", "-B", "-c", _HARNESS_SOURCE]
 
 
 def _python_mounts() -> list[str]:
@@ -268,6 +274,19 @@ def _unshare_command(uid: int) -> list[str]:
 
 
 def _launch(backend, uid, job, stdin, limits, capture_stdout, capture_stderr) -> Execution:
+    process, job_write, cleanup = _spawn(
+        backend, uid, limits, (), stdin is not None, capture_stdout, capture_stderr
+    )
+    try:
+        job_bytes = json.dumps(job).encode()
+        return _supervise(process, job_write, job_bytes, stdin or b"", limits, namespaced=backend != "plain")
+    finally:
+        cleanup()
+
+
+def _spawn(backend, uid, limits, extra_fds, pipe_stdin, capture_stdout, capture_stderr):
+    """Start the harness in the sandbox: (process, write end of its job pipe, cleanup). `extra_fds` stay open in it
+    and are appended to its arguments."""
     host_workdir = None
     if backend == "bwrap":
         prefix, cwd, env = _bwrap_command(uid, limits), "/", {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
@@ -277,29 +296,33 @@ def _launch(backend, uid, job, stdin, limits, capture_stdout, capture_stderr) ->
             os.chown(host_workdir, uid, uid)
         prefix = _unshare_command(uid) if backend == "unshare" else _drop_privileges(uid)
         cwd, env = host_workdir, _sandbox_env(host_workdir)
+
+    def cleanup():
+        if host_workdir:
+            shutil.rmtree(host_workdir, ignore_errors=True)
+
     job_read, job_write = os.pipe()
     try:
         process = subprocess.Popen(
-            prefix + _python_command() + [str(job_read)],
-            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            prefix + _python_command() + [str(fd) for fd in (job_read, *extra_fds)],
+            stdin=subprocess.PIPE if pipe_stdin else subprocess.DEVNULL,
             stdout=subprocess.PIPE if capture_stdout else subprocess.DEVNULL,
             stderr=subprocess.PIPE if capture_stderr else subprocess.DEVNULL,
             cwd=cwd,
             env=env,
             start_new_session=True,  # its own process group, so the deadline can kill everything it started
-            pass_fds=(job_read,),
+            pass_fds=(job_read, *extra_fds),
         )
     except BaseException:
         os.close(job_write)
+        cleanup()
         raise
     finally:
         os.close(job_read)
-    try:
-        job_bytes = json.dumps(job).encode()
-        return _supervise(process, job_write, job_bytes, stdin or b"", limits, namespaced=backend != "plain")
-    finally:
-        if host_workdir:
-            shutil.rmtree(host_workdir, ignore_errors=True)
+    if os.environ.get("GSPO_SANDBOX_LAUNCH_LOG"):  # tests: every run's session, to look for leftovers by session
+        with open(os.environ["GSPO_SANDBOX_LAUNCH_LOG"], "a") as log:
+            log.write(f"{process.pid}\n")
+    return process, job_write, cleanup
 
 
 _STDERR_CAP = 64 << 10
@@ -369,24 +392,7 @@ def _supervise(
                     elif len(buffer) > cap:
                         exceeded = True
     finally:
-        if not exited and namespaced:
-            # Kill the namespace's init first: the kernel then kills everything in the namespace, and bwrap/unshare
-            # reap it and exit. Killing them first would orphan the init to the host's init, a zombie for a while.
-            for child in _children(process.pid):
-                try:
-                    os.kill(child, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            try:
-                process.wait(timeout=0.5)
-            except subprocess.TimeoutExpired:
-                pass
-        # Whatever is left of the group (everything, for `plain`). Its id stays reserved while any member lives, and
-        # on the usual path the leader is not reaped yet, so this cannot hit a stranger's group.
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        _kill_group(process, namespaced, exited)
         process.wait()
         selector.close()
         if exit_fd is not None:
@@ -399,6 +405,27 @@ def _supervise(
     stdout = bytes(readers[stdout_fd][0]) if stdout_fd is not None else b""
     stderr = bytes(readers[stderr_fd][0]) if stderr_fd is not None else b""
     return Execution(process.returncode, stdout, stderr, timed_out, exceeded, time.monotonic() - start)
+
+
+def _kill_group(process: subprocess.Popen, namespaced: bool, exited: bool) -> None:
+    if not exited and namespaced:
+        # Kill the namespace's init first: the kernel then kills everything in the namespace, and bwrap/unshare
+        # reap it and exit. Killing them first would orphan the init to the host's init, a zombie for a while.
+        for child in _children(process.pid):
+            try:
+                os.kill(child, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            process.wait(timeout=0.5)
+        except subprocess.TimeoutExpired:
+            pass
+    # Whatever is left of the group (everything, for `plain`). Its id stays reserved while any member lives, and
+    # on the usual path the leader is not reaped yet, so this cannot hit a stranger's group.
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def _children(pid: int) -> list[int]:
