@@ -249,10 +249,10 @@ def main(argv=None) -> int:
     print("Same number of responses, very different lengths (synthetic, 512 responses in 32 micro-batches):")
     for length, n, b in synthetic_window_memory():
         print(f"  length {length:>6}: {n} responses -> {b} bytes = {b / n:.0f} bytes per response")
-    n, b, chunks = off["leftover"]
-    print(f"Without the callbacks nothing drains ResponseStats: after {off['steps_total']} steps it holds {n} "
-          f"responses ({b} bytes in {chunks} chunks), growing with steps; with them it holds "
-          f"{on['leftover'][0]} between windows.")
+    # GSPOTrainer creates no ResponseStats without a consumer: the arm without callbacks records nothing at all.
+    held_without = "nothing (no ResponseStats)" if off["leftover"] == 0 else f"{off['leftover'][0]} responses"
+    print(f"Without the callbacks, after {off['steps_total']} steps the trainer holds {held_without}; with them it "
+          f"holds {on['leftover'][0]} responses between windows.")
     return 0
 
 
