@@ -20,7 +20,6 @@ import dataclasses
 import json
 import math
 import os
-import random
 import selectors
 import shutil
 import signal
@@ -33,15 +32,20 @@ import time
 import warnings
 from pathlib import Path
 
+from .isolation import (  # noqa: F401 (SANDBOX_UID_BASE, SANDBOX_UIDS: this module's public names, kept importable)
+    SANDBOX_UID_BASE,
+    SANDBOX_UIDS,
+    bwrap_prefix,
+    drop_privileges,
+    is_root,
+    sandbox_env,
+    uid_slot,
+    unshare_prefix,
+)
+
 BACKENDS = ("bwrap", "unshare", "plain")
-SANDBOX_UID_BASE = int(os.environ.get("GSPO_SANDBOX_UID_BASE", "60000"))
-SANDBOX_UIDS = 1024  # 60000-61023: below systemd's DynamicUser range (61184-65519), like isolate's boxes
-# Processes on one machine (trainer ranks, test runs) start at different points of the range, so that they rarely
-# share a uid, and with it a process limit.
-_UID_OFFSET = random.Random(os.getpid() ^ time.time_ns()).randrange(SANDBOX_UIDS)
 # The plain-data codec first: the harness's serve mode uses it (see wire.py and harness.py).
 _HARNESS_SOURCE = Path(__file__).with_name("wire.py").read_text() + Path(__file__).with_name("harness.py").read_text()
-_WORKDIR_IN_BWRAP = "/tmp/work"
 # The interpreter starts without `site` (-S): processing the environment's .pth files is most of its start-up time.
 # Its package directories are put on sys.path by the harness instead, so model code can still import numpy & co.
 SITE_DIRS = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
@@ -101,7 +105,7 @@ def run_harness(
     report as "cannot judge" rather than as a wrong answer.
     """
     backend = resolve_backend(backend)
-    with _uid_slot() as uid:
+    with uid_slot() as uid:
         job = dict(job, rlimits=limits.rlimits(), sys_path=SITE_DIRS)
         return _launch(backend, uid, job, stdin, limits, capture_stdout, capture_stderr)
 
@@ -157,11 +161,11 @@ def _probe(backend: str) -> bool:
         return False
     if backend == "unshare" and not shutil.which("unshare"):
         return False
-    if _is_root() and not shutil.which("setpriv"):
+    if is_root() and not shutil.which("setpriv"):
         return False
     job = {"mode": "asserts", "program": "", "tests": ["assert True"], "per_test_s": 5, "nonce": 42}
     try:
-        with _uid_slot() as uid:
+        with uid_slot() as uid:
             result = _launch(backend, uid, dict(job, rlimits=Limits().rlimits()), None, Limits(wall_s=30), False, True)
     except OSError:
         return False
@@ -172,111 +176,12 @@ def _probe(backend: str) -> bool:
 # Launching
 
 
-def _is_root() -> bool:
-    return os.geteuid() == 0
-
-
-_slot_lock = threading.Lock()
-_free_slots: list[int] = []
-_next_slot = 0
-
-
-class _uid_slot:
-    """Hands out a uid no other run of this process is using at the same time (root only; else our own uid)."""
-
-    def __enter__(self) -> int:
-        global _next_slot
-        if not _is_root():
-            self.slot = None
-            return os.getuid()
-        with _slot_lock:
-            if _free_slots:
-                self.slot = _free_slots.pop()
-            else:
-                self.slot, _next_slot = _next_slot, _next_slot + 1
-        return SANDBOX_UID_BASE + (_UID_OFFSET + self.slot) % SANDBOX_UIDS
-
-    def __exit__(self, *exc) -> None:
-        if self.slot is not None:
-            with _slot_lock:
-                _free_slots.append(self.slot)
-
-
-def _sandbox_env(workdir: str) -> dict[str, str]:
-    # Nothing of the parent's environment (tokens, keys, proxies) crosses over.
-    return {
-        "PATH": "/usr/local/bin:/usr/bin:/bin",
-        "HOME": workdir,
-        "TMPDIR": workdir,
-        "LANG": "C.UTF-8",
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "OMP_NUM_THREADS": "1",
-        "OPENBLAS_NUM_THREADS": "1",
-        "MKL_NUM_THREADS": "1",
-    }
-
-
-def _drop_privileges(uid: int) -> list[str]:
-    if not _is_root():
-        return []
-    return [
-        "setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
-        "--bounding-set=-all", "--inh-caps=-all", "--no-new-privs", "--",
-    ]  # fmt: skip
-
-
 def _python_command() -> list[str]:
     return [sys.executable, "-I", "-S", "-B", "-c", _HARNESS_SOURCE]
 
 
-def _python_mounts() -> list[str]:
-    """Directories the interpreter and its packages live in, outside /usr (a venv, pyenv, conda...)."""
-    roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
-    roots |= {os.path.realpath(root) for root in roots}
-    roots |= {str(Path(os.path.realpath(sys.executable)).parent.parent)}
-    roots = sorted(root for root in roots if not root.startswith("/usr/") and root != "/usr" and os.path.isdir(root))
-    return [root for root in roots if not any(root.startswith(other + "/") for other in roots)]
-
-
-def _bwrap_command(uid: int, limits: Limits) -> list[str]:
-    command = ["bwrap", "--die-with-parent", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts"]
-    command += ["--unshare-cgroup-try", "--hostname", "sandbox"]
-    if not _is_root():
-        command.append("--unshare-user")  # unprivileged bwrap needs a user namespace; root drops to a uid instead
-    command += ["--tmpfs", "/", "--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc"]
-    for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
-        path = Path("/", name)
-        if path.is_symlink():
-            command += ["--symlink", os.readlink(path), str(path)]
-        elif path.is_dir():
-            command += ["--ro-bind", str(path), str(path)]
-    command += ["--proc", "/proc", "--dev", "/dev"]
-    command += ["--size", str(limits.tmpfs_mb << 20), "--perms", "1777", "--tmpfs", "/tmp"]
-    for root in _python_mounts():
-        for parent in reversed(Path(root).parents[:-1]):
-            if str(parent) not in ("/tmp", "/usr"):
-                command += ["--perms", "0755", "--dir", str(parent)]
-        command += ["--ro-bind", root, root]
-    # Root's bwrap creates the directory as root; the uid it drops to must write there (it is private anyway).
-    command += ["--perms", "0777" if _is_root() else "0700", "--dir", _WORKDIR_IN_BWRAP]
-    command += ["--chdir", _WORKDIR_IN_BWRAP, "--remount-ro", "/"]
-    command += ["--clearenv"]
-    for key, value in _sandbox_env(_WORKDIR_IN_BWRAP).items():
-        command += ["--setenv", key, value]
-    return command + ["--"] + _drop_privileges(uid)
-
-
-def _unshare_command(uid: int) -> list[str]:
-    command = ["unshare", "--pid", "--fork", "--kill-child", "--mount", "--mount-proc", "--net", "--ipc", "--uts"]
-    if not _is_root():
-        command[1:1] = ["--user", "--map-root-user"]
-    return command + ["--"] + _drop_privileges(uid)
-
-
 def _launch(backend, uid, job, stdin, limits, capture_stdout, capture_stderr) -> Execution:
-    process, job_write, cleanup = _spawn(
-        backend, uid, limits, (), stdin is not None, capture_stdout, capture_stderr
-    )
+    process, job_write, cleanup = _spawn(backend, uid, limits, (), stdin is not None, capture_stdout, capture_stderr)
     try:
         job_bytes = json.dumps(job).encode()
         return _supervise(process, job_write, job_bytes, stdin or b"", limits, namespaced=backend != "plain")
@@ -289,13 +194,13 @@ def _spawn(backend, uid, limits, extra_fds, pipe_stdin, capture_stdout, capture_
     and are appended to its arguments."""
     host_workdir = None
     if backend == "bwrap":
-        prefix, cwd, env = _bwrap_command(uid, limits), "/", {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+        prefix, cwd, env = bwrap_prefix(uid, limits.tmpfs_mb), "/", {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
     else:
         host_workdir = tempfile.mkdtemp(prefix="gspo-sandbox-")
-        if _is_root():
+        if is_root():
             os.chown(host_workdir, uid, uid)
-        prefix = _unshare_command(uid) if backend == "unshare" else _drop_privileges(uid)
-        cwd, env = host_workdir, _sandbox_env(host_workdir)
+        prefix = unshare_prefix(uid) if backend == "unshare" else drop_privileges(uid)
+        cwd, env = host_workdir, sandbox_env(host_workdir)
 
     def cleanup():
         if host_workdir:
@@ -326,6 +231,7 @@ def _spawn(backend, uid, limits, extra_fds, pipe_stdin, capture_stdout, capture_
 
 
 _STDERR_CAP = 64 << 10
+_CHUNK = 65536
 
 
 def _supervise(
@@ -333,78 +239,108 @@ def _supervise(
 ) -> Execution:
     """Feed the job and stdin, collect capped output, and kill the whole group at the deadline or on overflow."""
     start = time.monotonic()
-    deadline = start + limits.wall_s
-    writers = {job_write: (memoryview(job), lambda: os.close(job_write))}
-    if process.stdin is not None:
-        writers[process.stdin.fileno()] = (memoryview(stdin), process.stdin.close)
-    stdout_fd = process.stdout.fileno() if process.stdout else None
-    stderr_fd = process.stderr.fileno() if process.stderr else None
-    readers = {}
-    for stream, cap in ((process.stdout, limits.output_bytes), (process.stderr, _STDERR_CAP)):
-        if stream is not None:
-            readers[stream.fileno()] = (bytearray(), cap)
-    selector = selectors.DefaultSelector()
-    for fd in writers:
-        os.set_blocking(fd, False)
-        selector.register(fd, selectors.EVENT_WRITE)
-    for fd in readers:
-        os.set_blocking(fd, False)
-        selector.register(fd, selectors.EVENT_READ)
-    exit_fd = _pidfd(process.pid)  # readable once the process exits, without reaping it
-    if exit_fd is not None:
-        selector.register(exit_fd, selectors.EVENT_READ)
-    exited = timed_out = exceeded = False
+    run = _Supervision(process, job_write, job, stdin, limits.output_bytes)
     try:
-        while not exceeded and (not exited or selector.get_map()):
+        run.pump_until_done(start + limits.wall_s)
+    finally:
+        _kill_group(process, namespaced, run.exited)
+        process.wait()
+        run.close()
+    stdout, stderr = run.captured()
+    return Execution(process.returncode, stdout, stderr, run.timed_out, run.exceeded, time.monotonic() - start)
+
+
+class _Supervision:
+    """One run's pipes on one selector: the job and stdin written without blocking, stdout and stderr read up to
+    their caps, and (where the kernel allows) a pidfd that says when the process exits."""
+
+    def __init__(self, process: subprocess.Popen, job_write: int, job: bytes, stdin: bytes, output_cap: int):
+        self.process = process
+        self.exited = self.timed_out = self.exceeded = False
+        self.writers = {job_write: (memoryview(job), lambda: os.close(job_write))}
+        if process.stdin is not None:
+            self.writers[process.stdin.fileno()] = (memoryview(stdin), process.stdin.close)
+        # Remembered now: the streams are closed (and forget their fds) before the output is read back.
+        self.stdout_fd = process.stdout.fileno() if process.stdout else None
+        self.stderr_fd = process.stderr.fileno() if process.stderr else None
+        self.readers = {}
+        for fd, cap in ((self.stdout_fd, output_cap), (self.stderr_fd, _STDERR_CAP)):
+            if fd is not None:
+                self.readers[fd] = (bytearray(), cap)
+        self.selector = selectors.DefaultSelector()
+        for fd in self.writers:
+            os.set_blocking(fd, False)
+            self.selector.register(fd, selectors.EVENT_WRITE)
+        for fd in self.readers:
+            os.set_blocking(fd, False)
+            self.selector.register(fd, selectors.EVENT_READ)
+        self.exit_fd = _pidfd(process.pid)  # readable once the process exits, without reaping it
+        if self.exit_fd is not None:
+            self.selector.register(self.exit_fd, selectors.EVENT_READ)
+
+    def pump_until_done(self, deadline: float) -> None:
+        """Move data until the process has exited and its pipes are drained, the deadline passes, or the output
+        overflows its cap."""
+        while not self.exceeded and (not self.exited or self.selector.get_map()):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                timed_out = not exited
-                break
+                self.timed_out = not self.exited
+                return
             # Once it has exited, take only what is already in the pipes: a straggler may hold them open for ever.
-            events = selector.select(0 if exited else remaining if exit_fd is not None else min(remaining, 0.01))
-            if exit_fd is None and not exited and process.poll() is not None:
-                exited = True
+            # Without a pidfd, poll for the exit every 10 ms.
+            timeout = 0 if self.exited else remaining if self.exit_fd is not None else min(remaining, 0.01)
+            events = self.selector.select(timeout)
+            if self.exit_fd is None and not self.exited and self.process.poll() is not None:
+                self.exited = True
                 continue
-            if exited and not events:
-                break
+            if self.exited and not events:
+                return
             for key, _ in events:
-                fd = key.fd
-                if fd == exit_fd:
-                    exited = True
-                    selector.unregister(fd)
-                elif fd in writers:
-                    data, close = writers[fd]
-                    try:
-                        data = data[os.write(fd, data[:65536]) :]
-                    except (BrokenPipeError, BlockingIOError):
-                        data = data[:0]  # it stopped reading: what it did not read it does not get
-                    writers[fd] = (data, close)
-                    if not data:
-                        selector.unregister(fd)
-                        close()
-                        del writers[fd]
-                else:
-                    buffer, cap = readers[fd]
-                    chunk = os.read(fd, 65536)
-                    buffer += chunk
-                    if not chunk:
-                        selector.unregister(fd)
-                    elif len(buffer) > cap:
-                        exceeded = True
-    finally:
-        _kill_group(process, namespaced, exited)
-        process.wait()
-        selector.close()
-        if exit_fd is not None:
-            os.close(exit_fd)
-        for _, close in writers.values():
+                self._on_ready(key.fd)
+
+    def _on_ready(self, fd: int) -> None:
+        if fd == self.exit_fd:
+            self.exited = True
+            self.selector.unregister(fd)
+        elif fd in self.writers:
+            self._feed(fd)
+        else:
+            self._drain(fd)
+
+    def _feed(self, fd: int) -> None:
+        data, close = self.writers[fd]
+        try:
+            data = data[os.write(fd, data[:_CHUNK]) :]
+        except (BrokenPipeError, BlockingIOError):
+            data = data[:0]  # it stopped reading: what it did not read it does not get
+        self.writers[fd] = (data, close)
+        if not data:
+            self.selector.unregister(fd)
             close()
-        for stream in (process.stdout, process.stderr):
+            del self.writers[fd]
+
+    def _drain(self, fd: int) -> None:
+        buffer, cap = self.readers[fd]
+        chunk = os.read(fd, _CHUNK)
+        buffer += chunk
+        if not chunk:
+            self.selector.unregister(fd)
+        elif len(buffer) > cap:
+            self.exceeded = True
+
+    def close(self) -> None:
+        self.selector.close()
+        if self.exit_fd is not None:
+            os.close(self.exit_fd)
+        for _, close in self.writers.values():
+            close()
+        for stream in (self.process.stdout, self.process.stderr):
             if stream is not None:
                 stream.close()
-    stdout = bytes(readers[stdout_fd][0]) if stdout_fd is not None else b""
-    stderr = bytes(readers[stderr_fd][0]) if stderr_fd is not None else b""
-    return Execution(process.returncode, stdout, stderr, timed_out, exceeded, time.monotonic() - start)
+
+    def captured(self) -> tuple[bytes, bytes]:
+        """(stdout, stderr) as read, each empty when it was not captured."""
+        return tuple(bytes(self.readers[fd][0]) if fd is not None else b"" for fd in (self.stdout_fd, self.stderr_fd))
 
 
 def _kill_group(process: subprocess.Popen, namespaced: bool, exited: bool) -> None:

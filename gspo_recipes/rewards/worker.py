@@ -13,6 +13,7 @@ import selectors
 import time
 
 from . import sandbox
+from .isolation import uid_slot
 from .wire import MAX_MESSAGE_BYTES, NotPlainData, dumps, loads
 
 
@@ -24,7 +25,7 @@ class SandboxWorker:
     """The harness in serve mode, inside the sandbox. Use `start_worker`; always `close()` it."""
 
     def __init__(self, backend: str, program: str, per_test_s: float, limits: sandbox.Limits):
-        self._uid = sandbox._uid_slot()
+        self._uid = uid_slot()
         uid = self._uid.__enter__()
         self._namespaced = backend != "plain"
         request_read, self._requests = os.pipe()

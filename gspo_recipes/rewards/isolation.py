@@ -1,0 +1,138 @@
+"""How a sandboxed process is confined: which uid it runs as, its environment, and the command-line prefix that puts
+it into each backend (`sandbox.py` describes the backends, picks one, and starts and supervises the process).
+
+No process is started here: this module only builds command lines and hands out uids.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+import threading
+import time
+from pathlib import Path
+
+SANDBOX_UID_BASE = int(os.environ.get("GSPO_SANDBOX_UID_BASE", "60000"))
+SANDBOX_UIDS = 1024  # 60000-61023: below systemd's DynamicUser range (61184-65519), like isolate's boxes
+# Processes on one machine (trainer ranks, test runs) start at different points of the range, so that they rarely
+# share a uid, and with it a process limit.
+_UID_OFFSET = random.Random(os.getpid() ^ time.time_ns()).randrange(SANDBOX_UIDS)
+# bwrap's private working directory: on the sandbox's own /tmp tmpfs, so nothing written there reaches the host.
+WORKDIR_IN_BWRAP = "/tmp/work"
+
+
+def is_root() -> bool:
+    return os.geteuid() == 0
+
+
+_slot_lock = threading.Lock()
+_free_slots: list[int] = []
+_next_slot = 0
+
+
+class uid_slot:
+    """Hands out a uid no other run of this process is using at the same time (root only; else our own uid)."""
+
+    def __enter__(self) -> int:
+        global _next_slot
+        if not is_root():
+            self.slot = None
+            return os.getuid()
+        with _slot_lock:
+            if _free_slots:
+                self.slot = _free_slots.pop()
+            else:
+                self.slot, _next_slot = _next_slot, _next_slot + 1
+        return SANDBOX_UID_BASE + (_UID_OFFSET + self.slot) % SANDBOX_UIDS
+
+    def __exit__(self, *exc) -> None:
+        if self.slot is not None:
+            with _slot_lock:
+                _free_slots.append(self.slot)
+
+
+def sandbox_env(workdir: str) -> dict[str, str]:
+    """The whole environment of a sandboxed process: nothing of the parent's (tokens, keys, proxies) crosses over."""
+    return {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": workdir,
+        "TMPDIR": workdir,
+        "LANG": "C.UTF-8",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "OMP_NUM_THREADS": "1",
+        "OPENBLAS_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+    }
+
+
+def drop_privileges(uid: int) -> list[str]:
+    """As root: become `uid`, with no groups, no capabilities and no way to regain them. Otherwise nothing to do."""
+    if not is_root():
+        return []
+    return [
+        "setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
+        "--bounding-set=-all", "--inh-caps=-all", "--no-new-privs", "--",
+    ]  # fmt: skip
+
+
+def bwrap_prefix(uid: int, tmpfs_mb: int) -> list[str]:
+    """bubblewrap: a read-only minimal root with the interpreter, a private `tmpfs_mb` MB /tmp, no network, new
+    PID/IPC/UTS namespaces, and a process that dies with its parent."""
+    command = ["bwrap", "--die-with-parent", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts"]
+    command += ["--unshare-cgroup-try", "--hostname", "sandbox"]
+    if not is_root():
+        command.append("--unshare-user")  # unprivileged bwrap needs a user namespace; root drops to a uid instead
+    command += ["--tmpfs", "/", "--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc"]
+    command += _system_dir_binds()
+    command += ["--proc", "/proc", "--dev", "/dev"]
+    command += ["--size", str(tmpfs_mb << 20), "--perms", "1777", "--tmpfs", "/tmp"]
+    command += _python_binds()
+    # Root's bwrap creates the directory as root; the uid it drops to must write there (it is private anyway).
+    command += ["--perms", "0777" if is_root() else "0700", "--dir", WORKDIR_IN_BWRAP]
+    command += ["--chdir", WORKDIR_IN_BWRAP, "--remount-ro", "/"]
+    command += ["--clearenv"]
+    for key, value in sandbox_env(WORKDIR_IN_BWRAP).items():
+        command += ["--setenv", key, value]
+    return command + ["--"] + drop_privileges(uid)
+
+
+def unshare_prefix(uid: int) -> list[str]:
+    """util-linux `unshare`: new PID/network/mount/IPC/UTS namespaces; the host filesystem stays visible."""
+    command = ["unshare", "--pid", "--fork", "--kill-child", "--mount", "--mount-proc", "--net", "--ipc", "--uts"]
+    if not is_root():
+        command[1:1] = ["--user", "--map-root-user"]
+    return command + ["--"] + drop_privileges(uid)
+
+
+def _system_dir_binds() -> list[str]:
+    # /bin, /lib & co. are symlinks into /usr on merged-/usr systems and real directories elsewhere: mirror either.
+    binds = []
+    for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        path = Path("/", name)
+        if path.is_symlink():
+            binds += ["--symlink", os.readlink(path), str(path)]
+        elif path.is_dir():
+            binds += ["--ro-bind", str(path), str(path)]
+    return binds
+
+
+def _python_binds() -> list[str]:
+    # The interpreter's directories, read-only, with their parents created first (bwrap cannot bind into a path
+    # that does not exist on the empty root). /tmp and /usr are already there.
+    binds = []
+    for root in _python_mounts():
+        for parent in reversed(Path(root).parents[:-1]):
+            if str(parent) not in ("/tmp", "/usr"):
+                binds += ["--perms", "0755", "--dir", str(parent)]
+        binds += ["--ro-bind", root, root]
+    return binds
+
+
+def _python_mounts() -> list[str]:
+    """Directories the interpreter and its packages live in, outside /usr (a venv, pyenv, conda...)."""
+    roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    roots |= {os.path.realpath(root) for root in roots}
+    roots |= {str(Path(os.path.realpath(sys.executable)).parent.parent)}
+    roots = sorted(root for root in roots if not root.startswith("/usr/") and root != "/usr" and os.path.isdir(root))
+    return [root for root in roots if not any(root.startswith(other + "/") for other in roots)]
