@@ -19,8 +19,9 @@ tests inspect classes the program defines (see `code.py`), and the reward says s
 
 
 def _run_harness():
-    # Everything the harness needs after the model code starts is bound here, as locals: rebinding `os._exit`,
-    # `sys.exit` or a module global from the program has no effect on them.
+    # Everything the harness needs after the model code starts is bound here, as locals, and handed to the mode's
+    # function as arguments: rebinding `os._exit`, `sys.exit` or a module global from the program has no effect on
+    # them.
     import builtins
     import json
     import os
@@ -47,22 +48,35 @@ def _run_harness():
         program = compile(job["program"], "solution.py", "exec")
     except base_exception:
         exit_now(1)
-
     if mode == "io":
-        namespace = {"__name__": "__main__", "__builtins__": builtins}
-        code = 0
-        try:
-            exec(program, namespace)
-        except SystemExit as stop:
-            code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
-        except base_exception:
-            code = 1
-        try:
-            sys.stdout.flush()
-        except base_exception:
-            code = code or 1
-        # os._exit: threads the program left running must not keep the process alive, and atexit hooks must not run.
-        exit_now(code & 0xFF)
+        _run_as_main(program, builtins, exit_now, base_exception)
+    _run_tests(job, program, builtins, exit_now, set_timer, real_timer, base_exception)
+
+
+def _run_as_main(program, builtins, exit_now, base_exception):
+    """io mode: the program as `__main__`, exiting with its own status."""
+    import sys
+
+    namespace = {"__name__": "__main__", "__builtins__": builtins}
+    code = 0
+    try:
+        exec(program, namespace)
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+    except base_exception:
+        code = 1
+    try:
+        sys.stdout.flush()
+    except base_exception:
+        code = code or 1
+    # os._exit: threads the program left running must not keep the process alive, and atexit hooks must not run.
+    exit_now(code & 0xFF)
+
+
+def _run_tests(job, program, builtins, exit_now, set_timer, real_timer, base_exception):
+    """asserts and script modes (the weaker fallback): the program, then each test under its own alarm; the exit
+    status is `nonce + tests passed`."""
+    import signal
 
     nonce = job["nonce"]
     per_test_s = job["per_test_s"]
@@ -101,14 +115,15 @@ def _run_harness():
 
 
 def _serve(job, exit_now, set_timer, real_timer, base_exception):
+    """serve mode: load the program, then answer one request per line until the judge closes the pipe."""
     import os
-    import signal
     import sys
 
-    # The codec is wire.py, which sandbox.py puts in front of this source.
+    # The codec is wire.py, which sandbox.py puts in front of this source. Its names are bound before the program
+    # loads, as `_run_harness` binds its own, so that a program rebinding the module's globals does not reach them.
+    # (The worker is untrusted either way: the judge decodes every reply with its own codec.)
     codec = globals()
-    dumps, loads, encode, decode = (codec[name] for name in ("dumps", "loads", "encode", "decode"))
-    max_message, max_items = codec["MAX_MESSAGE_BYTES"], codec["MAX_ITERATOR_ITEMS"]
+    dumps, loads, max_message = codec["dumps"], codec["loads"], codec["MAX_MESSAGE_BYTES"]
     requests = os.fdopen(int(sys.argv[2]), "rb")
     reply_fd = int(sys.argv[3])
     write = os.write
@@ -118,6 +133,31 @@ def _serve(job, exit_now, set_timer, real_timer, base_exception):
         while data:
             data = data[write(reply_fd, data) :]
 
+    timed = _call_timer(set_timer, real_timer, base_exception)
+    namespace = {"__name__": "solution", "__builtins__": __builtins__}
+    respond = _responder(namespace, codec)
+    try:
+        program = compile(job["program"], "solution.py", "exec")
+    except base_exception:
+        reply(["load_failed"])
+        exit_now(1)
+    loaded = timed(job["per_test_s"], lambda: exec(program, namespace) or ())
+    reply(["ready"] if loaded[0] == "ok" else ["load_failed"])
+    if loaded[0] != "ok":
+        exit_now(1)
+    while True:
+        line = requests.readline(max_message)
+        if not line:
+            exit_now(0)
+        request_id, *request = loads(line)
+        reply([request_id, *timed(request[-1], lambda: respond(request))])  # noqa: B023 (called at once)
+
+
+def _call_timer(set_timer, real_timer, base_exception):
+    """`timed(budget, action)`: the action's results under an alarm, as `["ok", *results]`, `["timeout"]` or
+    `["raised", type name, message]`. Installs the SIGALRM handler the alarm needs."""
+    import signal
+
     class CallTimeout(base_exception):
         pass
 
@@ -125,6 +165,26 @@ def _serve(job, exit_now, set_timer, real_timer, base_exception):
         raise CallTimeout()
 
     signal.signal(signal.SIGALRM, on_alarm)
+
+    def timed(budget, action):
+        try:
+            try:
+                set_timer(real_timer, max(budget, 0.001))
+                return ["ok", *action()]
+            finally:
+                set_timer(real_timer, 0)
+        except CallTimeout:
+            return ["timeout"]
+        except base_exception as error:
+            return ["raised", type(error).__name__, str(error)[:1000]]
+
+    return timed
+
+
+def _responder(namespace, codec):
+    """`respond(request)`: the answer to one get/call/getattr/text request on the program's namespace, as data.
+    Objects that are not data stay here, as handles the judge can name in later requests."""
+    encode, decode, max_items = codec["encode"], codec["decode"], codec["MAX_ITERATOR_ITEMS"]
     handles = []
 
     def as_data(value):
@@ -148,28 +208,6 @@ def _serve(job, exit_now, set_timer, real_timer, base_exception):
     def target(spec):  # ["name", global name] or ["h", handle id]
         return namespace[spec[1]] if spec[0] == "name" else handles[spec[1]]
 
-    def timed(budget, action):
-        try:
-            try:
-                set_timer(real_timer, max(budget, 0.001))
-                return ["ok", *action()]
-            finally:
-                set_timer(real_timer, 0)
-        except CallTimeout:
-            return ["timeout"]
-        except base_exception as error:
-            return ["raised", type(error).__name__, str(error)[:1000]]
-
-    namespace = {"__name__": "solution", "__builtins__": __builtins__}
-    try:
-        program = compile(job["program"], "solution.py", "exec")
-    except base_exception:
-        reply(["load_failed"])
-        exit_now(1)
-    loaded = timed(job["per_test_s"], lambda: exec(program, namespace) or ())
-    reply(["ready"] if loaded[0] == "ok" else ["load_failed"])
-    if loaded[0] != "ok":
-        exit_now(1)
     def respond(request):
         kind = request[0]
         if kind == "get":
@@ -181,12 +219,7 @@ def _serve(job, exit_now, set_timer, real_timer, base_exception):
             return [as_data(getattr(target(request[1]), request[2]))]
         return [as_data((repr if request[2] == "repr" else str)(target(request[1])))]  # "text"
 
-    while True:
-        line = requests.readline(max_message)
-        if not line:
-            exit_now(0)
-        request_id, *request = loads(line)
-        reply([request_id, *timed(request[-1], lambda: respond(request))])  # noqa: B023 (called at once)
+    return respond
 
 
 def _call(request, target, decode, as_data):
