@@ -11,6 +11,7 @@ Pools are created on first use, reused across calls, and killed at exit. `get_po
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import importlib
 import logging
 import os
@@ -19,10 +20,11 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +60,25 @@ class _Worker:
         self.from_worker.close()
 
 
+@dataclasses.dataclass
+class _Batch:
+    """One `map` call in flight: the items still to hand out, which worker has which item (and until when), and the
+    results so far."""
+
+    function: str
+    items: Sequence[tuple]
+    deadline_s: float
+    on_timeout: Any
+    on_error: Any
+    results: list[Any] = dataclasses.field(init=False)
+    queue: deque[int] = dataclasses.field(init=False)
+    busy: dict[_Worker, tuple[int, float]] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.results = [None] * len(self.items)
+        self.queue = deque(range(len(self.items)))
+
+
 class DeadlinePool:
     """`workers` subprocesses that run `module:function` tasks, each under its own deadline."""
 
@@ -85,57 +106,24 @@ class DeadlinePool:
         An item whose worker overruns or dies gets `on_timeout`; one whose call raises gets `on_error`. Raises
         `PoolUnavailable` only when no worker can be started at all.
         """
-        results: list[Any] = [None] * len(items)
+        batch = _Batch(function, items, deadline_s, on_timeout, on_error)
         if not items:
-            return results
+            return batch.results
         with self._lock:
-            queue = deque(range(len(items)))
-            busy: dict[_Worker, tuple[int, float]] = {}
             self._top_up()
             startup_deadline = time.monotonic() + _STARTUP_TIMEOUT_S
-            while queue or busy:
-                for worker in list(self._workers):
-                    if queue and worker.ready and worker not in busy:
-                        index = queue.popleft()
-                        try:
-                            worker.to_worker.send((index, function, items[index]))
-                        except OSError:  # it died while idle: the item was never its fault
-                            queue.appendleft(index)
-                            self._replace(worker, busy, results, on_timeout, "died while idle")
-                            continue
-                        busy[worker] = (index, time.monotonic() + deadline_s)
+            while batch.queue or batch.busy:
+                self._hand_out(batch)
                 now = time.monotonic()
-                if busy or any(worker.ready for worker in self._workers):
+                # Give up only when nothing has been working or ready for a whole start-up timeout.
+                if batch.busy or any(worker.ready for worker in self._workers):
                     startup_deadline = now + _STARTUP_TIMEOUT_S
                 elif now > startup_deadline:
                     raise PoolUnavailable(f"no reward worker became ready within {_STARTUP_TIMEOUT_S:.0f}s")
-                next_deadline = min((d for _, d in busy.values()), default=startup_deadline)
-                by_connection = {worker.from_worker: worker for worker in self._workers}
-                for conn in wait(list(by_connection), timeout=max(0.0, next_deadline - now)):
-                    worker = by_connection[conn]
-                    try:
-                        message = conn.recv()
-                    except (EOFError, OSError):
-                        if not worker.ready:
-                            self._failed_starts += 1
-                            if self._failed_starts > 3 * self.size:
-                                raise PoolUnavailable("reward workers keep dying during start-up") from None
-                        self._replace(worker, busy, results, on_timeout, "died")
-                        continue
-                    if message[0] == "ready":
-                        worker.ready = True
-                        self._failed_starts = 0
-                    else:
-                        kind, index, value = message
-                        results[index] = value if kind == "ok" else on_error
-                        if kind != "ok":
-                            logger.warning("reward worker task %s failed: %s", function, value)
-                        busy.pop(worker, None)
-                now = time.monotonic()
-                for worker, (_, deadline) in list(busy.items()):
-                    if now >= deadline:
-                        self._replace(worker, busy, results, on_timeout, "overran its deadline")
-        return results
+                next_deadline = min((deadline for _, deadline in batch.busy.values()), default=startup_deadline)
+                self._take_messages(batch, timeout_s=max(0.0, next_deadline - now))
+                self._replace_overdue(batch)
+        return batch.results
 
     def close(self) -> None:
         """Kill every worker. The pool starts new ones if used again."""
@@ -146,10 +134,54 @@ class DeadlinePool:
 
     # ------------------------------------------------------------------------------------------------------------
 
-    def _replace(self, worker: _Worker, busy: dict, results: list, on_timeout: Any, why: str) -> None:
-        if worker in busy:
-            index, _ = busy.pop(worker)
-            results[index] = on_timeout
+    def _hand_out(self, batch: _Batch) -> None:
+        """Give each ready, idle worker the next item of the batch."""
+        for worker in list(self._workers):
+            if batch.queue and worker.ready and worker not in batch.busy:
+                index = batch.queue.popleft()
+                try:
+                    worker.to_worker.send((index, batch.function, batch.items[index]))
+                except OSError:  # it died while idle: the item was never its fault
+                    batch.queue.appendleft(index)
+                    self._replace(worker, batch, "died while idle")
+                    continue
+                batch.busy[worker] = (index, time.monotonic() + batch.deadline_s)
+
+    def _take_messages(self, batch: _Batch, timeout_s: float) -> None:
+        """Wait up to `timeout_s` for workers to report: ready, a result, an error, or (by hanging up) their death."""
+        by_connection = {worker.from_worker: worker for worker in self._workers}
+        for conn in wait(list(by_connection), timeout=timeout_s):
+            worker = by_connection[conn]
+            try:
+                message = conn.recv()
+            except (EOFError, OSError):
+                if not worker.ready:
+                    self._failed_starts += 1
+                    if self._failed_starts > 3 * self.size:
+                        raise PoolUnavailable("reward workers keep dying during start-up") from None
+                self._replace(worker, batch, "died")
+                continue
+            if message[0] == "ready":
+                worker.ready = True
+                self._failed_starts = 0
+            else:
+                kind, index, value = message
+                batch.results[index] = value if kind == "ok" else batch.on_error
+                if kind != "ok":
+                    logger.warning("reward worker task %s failed: %s", batch.function, value)
+                batch.busy.pop(worker, None)
+
+    def _replace_overdue(self, batch: _Batch) -> None:
+        now = time.monotonic()
+        for worker, (_, deadline) in list(batch.busy.items()):
+            if now >= deadline:
+                self._replace(worker, batch, "overran its deadline")
+
+    def _replace(self, worker: _Worker, batch: _Batch, why: str) -> None:
+        """Kill `worker` and start another; the item it was working on, if any, gets the batch's `on_timeout`."""
+        if worker in batch.busy:
+            index, _ = batch.busy.pop(worker)
+            batch.results[index] = batch.on_timeout
             logger.warning("reward worker %d %s on item %d; killed and replaced", worker.process.pid, why, index)
         worker.kill()
         self._workers.remove(worker)
