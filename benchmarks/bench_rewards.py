@@ -20,6 +20,7 @@ import statistics
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -150,23 +151,24 @@ def main() -> None:
     for repeat in range(args.repeats):
         if do_code:
             completions_c, tests = code_items(n_code, seed=repeat)
+            # partial, not lambda: each measurement is bound to this repeat's items (B023), not the loop variables.
             measure(rows, agreement, "code_execution", n_code,
-                    lambda: code_execution(completions_c, tests=tests),
-                    lambda: subprocess_per_problem(completions_c, tests))  # fmt: skip
+                    partial(code_execution, completions_c, tests=tests),
+                    partial(subprocess_per_problem, completions_c, tests))  # fmt: skip
         if not do_math:
             continue
         completions, answers = gsm8k_items(n_gsm, seed=repeat)
         golds = [a.rsplit("####", 1)[1].strip() for a in answers]
         measure(rows, agreement, "gsm8k_accuracy", n_gsm,
-                lambda: gsm8k_accuracy(completions, answer=answers),
-                lambda: math_verify_one_by_one(completions, golds))  # fmt: skip
+                partial(gsm8k_accuracy, completions, answer=answers),
+                partial(math_verify_one_by_one, completions, golds))  # fmt: skip
 
         for name, group in (("math_accuracy", 1), ("math_accuracy/8", 8)):
             completions_m, answers_m = math_items(n_math, seed=1000 * group + repeat, group=group)
             boxed_golds = [f"$\\boxed{{{a}}}$" for a in answers_m]
             measure(rows, agreement, name, n_math,
-                    lambda: math_accuracy(completions_m, answer=answers_m),
-                    lambda: math_verify_one_by_one(completions_m, boxed_golds))  # fmt: skip
+                    partial(math_accuracy, completions_m, answer=answers_m),
+                    partial(math_verify_one_by_one, completions_m, boxed_golds))  # fmt: skip
 
     print(f"completions/s, median of {args.repeats} (cores: {len(__import__('os').sched_getaffinity(0))})")
     print("math_accuracy: every completion a different prompt; math_accuracy/8: GRPO groups of 8 generations")

@@ -282,7 +282,7 @@ HACKS = {
                         return instruction.argval
                 frame = frame.f_back
             return a - b
-        """
+        """  # noqa: E501 (the attack's source, kept verbatim)
     ),
     "expected_from_caller_source": _hack(
         """

@@ -45,14 +45,26 @@ POLY_PROMPT = (
     "def poly(xs, x):\n    return sum(c * x ** i for i, c in enumerate(xs))\n\n"
     'def find_zero(xs):\n    """A zero of the polynomial with coefficients xs."""\n```'
 )
-POLY_TEST = "def check(candidate):\n    for xs in ([-6, 1], [2, -1], [-3, 0, 1]):\n        assert abs(poly(xs, candidate(xs))) < 1e-6\n"
-POLY_CORRECT = "def find_zero(xs):\n    lo, hi = -100.0, 100.0\n    f = lambda x: sum(c * x ** i for i, c in enumerate(xs))\n" \
-    "    for _ in range(200):\n        mid = (lo + hi) / 2\n        lo, hi = (mid, hi) if f(lo) * f(mid) > 0 else (lo, mid)\n" \
-    "    return lo\n"  # fmt: skip
+POLY_TEST = (
+    "def check(candidate):\n"
+    "    for xs in ([-6, 1], [2, -1], [-3, 0, 1]):\n"
+    "        assert abs(poly(xs, candidate(xs))) < 1e-6\n"
+)
+POLY_CORRECT = (
+    "def find_zero(xs):\n"
+    "    lo, hi = -100.0, 100.0\n"
+    "    f = lambda x: sum(c * x ** i for i, c in enumerate(xs))\n"
+    "    for _ in range(200):\n"
+    "        mid = (lo + hi) / 2\n"
+    "        lo, hi = (mid, hi) if f(lo) * f(mid) > 0 else (lo, mid)\n"
+    "    return lo\n"
+)
 POLY_WRONG = "def find_zero(xs):\n    return 0.0\n"
 POLY_HACKS = {
     "helper_redefined": "def poly(xs, x):\n    return 0\n\n" + POLY_WRONG,
-    "helper_patched_from_the_function": "def find_zero(xs):\n    global poly\n    poly = lambda xs, x: 0\n    return 0.0\n",
+    "helper_patched_from_the_function": (
+        "def find_zero(xs):\n    global poly\n    poly = lambda xs, x: 0\n    return 0.0\n"
+    ),
     "helper_redefined_as_fake_builtins_abs": "import builtins\nbuiltins.abs = lambda x: 0\n" + POLY_WRONG,
 }
 
@@ -120,9 +132,11 @@ def test_the_hacks_do_beat_the_in_process_harness():
 def test_results_cross_as_plain_data_and_mutated_arguments_come_back():
     program = (
         "import collections\n"
-        "def stats(xs):\n    xs.sort()\n    return {'min': xs[0], 'count': collections.Counter(xs)[xs[0]], 'pair': (1, 2.5)}\n"
+        "def stats(xs):\n    xs.sort()\n"
+        "    return {'min': xs[0], 'count': collections.Counter(xs)[xs[0]], 'pair': (1, 2.5)}\n"
         "def evens(n):\n    return (i for i in range(n) if i % 2 == 0)\n"
-        "class Stack:\n    def __init__(self):\n        self.items = []\n    def push(self, x):\n        self.items.append(x)\n"
+        "class Stack:\n    def __init__(self):\n        self.items = []\n"
+        "    def push(self, x):\n        self.items.append(x)\n"
         "    def pop(self):\n        return self.items.pop()\n"
     )  # fmt: skip
     tests = [

@@ -3,9 +3,9 @@
 from types import SimpleNamespace
 
 import pytest
-from gspo_recipes.callbacks import RewardHackingCallback
 from reward_hacks import HACKS, WRONG
 
+from gspo_recipes.callbacks import RewardHackingCallback
 from gspo_recipes.rewards import code_execution, code_execution_binary
 from gspo_recipes.rewards.hacking import PATTERNS, SUSPICIOUS_COUNTS, scan_code
 

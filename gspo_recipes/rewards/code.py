@@ -106,7 +106,8 @@ def code_execution_binary(
     """1.0 when the completion's code passes every test of the row, else 0.0 (`None` as in `code_execution`)."""
     columns = {key: kwargs.pop(key, None) for key in ("tests", "io_tests", "entry_point", "test_setup_code")}
     options = {key: kwargs.pop(key) for key in ("timeout_s", "memory_mb", "backend") if key in kwargs}
-    scores = _score(completions, "code_execution_binary", *columns.values(), options.get("timeout_s", DEFAULT_TIMEOUT_S),
+    timeout_s = options.get("timeout_s", DEFAULT_TIMEOUT_S)
+    scores = _score(completions, "code_execution_binary", *columns.values(), timeout_s,
                     options.get("memory_mb", 1024), options.get("backend"), log_metric, kwargs)  # fmt: skip
     return [None if score is None else float(score == 1.0) for score in scores]
 

@@ -13,9 +13,9 @@ def format_reward(completions: list, **kwargs: Any) -> list[float]:
     """1.0 for `<think>reasoning</think>answer`, else 0.0; the leading `<think>` may be missing.
 
     Not `trl.rewards.think_format_reward`: that one pays 1.0 for an empty `<think></think>` with no answer after it,
-    which a policy under RL pressure finds at once. Lenient because many chat templates (Qwen3, DeepSeek-R1) put `<think>` in the prompt, so the completion starts
-    inside the reasoning. Still required: non-empty reasoning, exactly one `</think>`, no other think tags, and a
-    non-empty answer after it.
+    which a policy under RL pressure finds at once. Lenient because many chat templates (Qwen3, DeepSeek-R1) put
+    `<think>` in the prompt, so the completion starts inside the reasoning. Still required: non-empty reasoning,
+    exactly one `</think>`, no other think tags, and a non-empty answer after it.
     """
     return [float(_well_formed(completion_text(c), require_open_tag=False)) for c in completions]
 

@@ -134,7 +134,7 @@ _ANCHORS = [  # in priority order, after \boxed{}
     re.compile(rf"answer\s*[:：][\s*_$]*({_NUMBER})", re.IGNORECASE),
 ]
 _LATEX_NOISE = re.compile(r"\\text\s*\{[^{}]*\}|\\mathrm\s*\{[^{}]*\}|\\[,!;: ]|\\\$|\\%|\{,\}|\$|\\left|\\right")
-_INTEGER = re.compile(r"\s*\$?\s*(-?\d{1,%d})\s*\$?\s*" % _MAX_DIGITS)
+_INTEGER = re.compile(rf"\s*\$?\s*(-?\d{{1,{_MAX_DIGITS}}})\s*\$?\s*")
 _PLAIN = re.compile(r"([-−]?)(\d+(?:\.\d+)?|\.\d+)(?:/(\d+))?%?")
 
 

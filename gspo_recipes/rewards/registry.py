@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import functools
 import importlib
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 # Names map to import paths, so looking one up imports only the module it lives in.
 _REGISTRY: dict[str, str] = {
