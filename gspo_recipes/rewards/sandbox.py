@@ -12,6 +12,9 @@ and a cap on captured output. Backends, strongest first:
 `auto` (the default, or `GSPO_SANDBOX_BACKEND`) takes the first that works here and warns once when that is not
 bwrap. When this process is root, model code runs as an unprivileged uid of its own (from 60000 up, like `isolate`'s
 boxes), so concurrent runs neither share a process limit nor can signal each other.
+
+This module chooses the backend, launches the harness (`harness.py`) and supervises the run; what confines the
+process (its uid, its environment, the bwrap/unshare command lines) is built in `isolation.py`.
 """
 
 from __future__ import annotations
@@ -230,8 +233,13 @@ def _spawn(backend, uid, limits, extra_fds, pipe_stdin, capture_stdout, capture_
     return process, job_write, cleanup
 
 
+# ----------------------------------------------------------------------------------------------------------------
+# Supervision. It stays beside `_pidfd`, which it looks up here at each run: tests replace `sandbox._pidfd` to
+# take the polling path that kernels without pidfds (or strict seccomp profiles) force.
+
+
 _STDERR_CAP = 64 << 10
-_CHUNK = 65536
+_CHUNK = 65536  # bytes per read or write: one default Linux pipe buffer
 
 
 def _supervise(
