@@ -30,12 +30,12 @@ def coldstart_cache(tmp_path_factory):
     return str(cache)
 
 
-def run(args, cwd, cache=None, launcher=None, check=True):
+def run(args, cwd, cache=None, launcher=None, check=True, timeout=600):
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     if cache:
         env["GSPO_RECIPES_CACHE"] = cache
     command = (launcher or [sys.executable]) + args
-    result = subprocess.run(command, check=False, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    result = subprocess.run(command, check=False, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     if check and result.returncode != 0:
         raise AssertionError(f"{' '.join(command)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}")
     return result
@@ -233,3 +233,47 @@ def test_embedded_prompt_tokens_are_the_plain_prompt_the_cold_start_was_trained_
                                          add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
     plain = tokenizer(text=[format_prompt(q) for q in questions])["input_ids"]
     assert chat == plain
+
+
+def embedded_default_section():
+    """The README's paragraph on the embedded default, where its measured figures are."""
+    with open(os.path.join(ROOT, "README.md")) as f:
+        readme = f.read()
+    start = readme.index("- **Embedded default**")
+    return readme[start : readme.index("- **Real recipe**", start)]
+
+
+def test_readme_figures_were_measured_with_the_shipped_clip_range(monkeypatch):
+    """The README's reward, time and clip figures hold for one clip range: the offline YAML must still ship it."""
+    _, training_args, _ = parse_recipe("gsm8k_gspo.py", [], monkeypatch)
+    section = embedded_default_section()
+    assert f"`epsilon: {training_args.epsilon:g}`" in section
+    assert f"`epsilon_high: {training_args.epsilon_high:g}`" in section
+
+
+def minibatch_clip_fractions(output_dir):
+    """Per minibatch, the share of its responses clipped (both sides) over the whole run."""
+    totals = {}
+    with open(os.path.join(output_dir, "gspo_diagnostics.jsonl")) as f:
+        for line in f:
+            for k, counts in json.loads(line)["minibatches"].items():
+                seen, clipped = totals.get(int(k), (0, 0))
+                totals[int(k)] = (seen + counts["responses"], clipped + counts["clipped_low"] + counts["clipped_high"])
+    return {k: clipped / seen for k, (seen, clipped) in sorted(totals.items())}
+
+
+@pytest.mark.slow
+def test_embedded_default_learns_with_a_healthy_trust_region(tmp_path):
+    """The newcomer's first run, exactly as shipped (3.5 minutes on 2 free cores): no health warning, at most a
+    quarter of the responses clipped on each off-policy minibatch, and a visible rise of the reward."""
+    out = tmp_path / "out"
+    result = run([os.path.join(RECIPES, "gsm8k_gspo.py"), "--output_dir", str(out)], cwd=tmp_path,
+                 cache=str(tmp_path / "empty-cache"), timeout=1800)
+    assert "GSPO health:" not in result.stdout + result.stderr
+    fractions = minibatch_clip_fractions(out)
+    assert sorted(fractions) == [1, 2, 3, 4] and fractions[1] == 0.0
+    assert all(0.0 < fractions[k] <= 0.25 for k in (2, 3, 4)), fractions
+    with open(out / "trainer_state.json") as f:
+        rewards = [entry["reward"] for entry in json.load(f)["log_history"] if "reward" in entry]
+    fifth = len(rewards) // 5
+    assert sum(rewards[-fifth:]) / fifth - sum(rewards[:fifth]) / fifth >= 0.15
