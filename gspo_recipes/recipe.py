@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from trl import ModelConfig, ScriptArguments, TrlParser
 
+from . import builtin
 from .config import GSPOConfig
 
 LOCAL_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
@@ -44,10 +45,17 @@ class RecipeArguments(ScriptArguments):
     )
 
 
-def parse_args(script_args_class, offline_config: str):
-    """Parse (script args, GSPOConfig, ModelConfig) from YAML and flags; with no arguments at all, the recipe's
-    offline config. A bad YAML key or value ends the run with one line naming it, not a stack trace."""
-    argv = sys.argv[1:] or ["--config", offline_config]
+def parse_args(script_args_class, offline_config: str, argv: list[str] | None = None):
+    """Parse (script args, GSPOConfig, ModelConfig) from YAML and flags.
+
+    With neither `--config` nor `--model_name_or_path`, the recipe's offline config is the base and every flag
+    overrides one of its values (`--output_dir X --max_steps 50` keeps its model, data, learning rate...): without
+    it, the run would fall to TRL's defaults. A bad YAML key or value ends the run with one line naming it, not a
+    stack trace.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not _has_flag(argv, "--config") and not _has_flag(argv, "--model_name_or_path"):
+        argv = ["--config", offline_config, *argv]
     parser = TrlParser((script_args_class, GSPOConfig, ModelConfig))
     try:
         return parser.parse_args_and_config(argv)
@@ -56,13 +64,22 @@ def parse_args(script_args_class, offline_config: str):
         sys.exit(2)
 
 
-def load_train_dataset(script_args):
-    """A hub dataset by name, a local .jsonl/.json/.parquet/.csv file, or a directory saved with `save_to_disk`."""
+def _has_flag(argv: list[str], flag: str) -> bool:
+    return any(arg == flag or arg.startswith(flag + "=") for arg in argv)
+
+
+def load_train_dataset(script_args, seed: int = 0):
+    """A hub dataset by name, a local .jsonl/.json/.parquet/.csv file, a directory saved with `save_to_disk`, or a
+    built-in generated dataset (`builtin:NAME`, made with `seed`)."""
     import datasets
 
     name = script_args.dataset_name
     split = script_args.dataset_train_split
-    if os.path.isdir(name):
+    if not name:
+        raise SystemExit("error: no dataset_name; give a hub name, a local file or directory, or builtin:NAME")
+    if builtin.is_builtin(name):
+        dataset = builtin.load_dataset(name, seed)
+    elif os.path.isdir(name):
         loaded = datasets.load_from_disk(name)
         dataset = loaded[split] if isinstance(loaded, datasets.DatasetDict) else loaded
     elif os.path.isfile(name):
@@ -118,23 +135,24 @@ def as_prompt(text: str, system_prompt: str | None, chat: bool):
     return messages + [{"role": "user", "content": text}]
 
 
-def model_and_tokenizer(model_args: ModelConfig, training_args: GSPOConfig, offline_model):
+def model_and_tokenizer(model_args: ModelConfig, training_args: GSPOConfig):
     """The policy for GSPOTrainer and its tokenizer.
 
-    With `--model_name_or_path`, the name (TRL loads the model with ModelConfig's dtype, attention and revision, and
-    can load a reference model the same way) and its tokenizer. Without it, `offline_model()`: the recipe's tiny
-    offline model and tokenizer.
+    A hub name or local path (TRL loads the model with ModelConfig's dtype, attention and revision, and can load a
+    reference model the same way) and its tokenizer; or a built-in model (`builtin:NAME`), made or loaded offline.
     """
-    if model_args.model_name_or_path is None:
-        return offline_model()
+    if not model_args.model_name_or_path:
+        raise SystemExit("error: no model_name_or_path; give a hub name, a local directory, or builtin:NAME")
+    if builtin.is_builtin(model_args.model_name_or_path):
+        return builtin.load_model(model_args.model_name_or_path)
     from transformers import AutoTokenizer
 
-    init_kwargs = dict(
-        revision=model_args.model_revision,
-        trust_remote_code=training_args.trust_remote_code,
-        attn_implementation=model_args.attn_implementation,
-        dtype=model_args.dtype,
-    )
+    init_kwargs = {
+        "revision": model_args.model_revision,
+        "trust_remote_code": training_args.trust_remote_code,
+        "attn_implementation": model_args.attn_implementation,
+        "dtype": model_args.dtype,
+    }
     training_args.model_init_kwargs = {**init_kwargs, **(training_args.model_init_kwargs or {})}
     tokenizer = AutoTokenizer.from_pretrained(
         model_args.model_name_or_path, revision=model_args.model_revision, padding_side="left",
@@ -143,6 +161,11 @@ def model_and_tokenizer(model_args: ModelConfig, training_args: GSPOConfig, offl
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return model_args.model_name_or_path, tokenizer
+
+
+def describe(name: str | None) -> str:
+    """A model or dataset name for the start banner; a built-in one says what it is."""
+    return builtin.describe(name)
 
 
 def is_main_process() -> bool:

@@ -3,6 +3,9 @@
     accelerate launch recipes/code_gspo.py                                         # offline default (CPU, a minute)
     accelerate launch recipes/code_gspo.py --config recipes/configs/code_gspo.yaml  # the real recipe (GPUs)
 
+With no arguments (or flags only, which override its values) it reads recipes/configs/code_gspo_offline.yaml: a tiny
+untrained model (`builtin:tiny-untrained`) on generated tasks (`builtin:mbpp-generated`), to exercise the pipeline.
+
 Three dataset shapes (chosen with --dataset_format; columns can be renamed with --column_map NEEDED=YOURS):
   mbpp       `text` (the task) and `test_list` (assert statements, each scored on its own)
   humaneval  `prompt` (signature and docstring), `test` (defines check) and `entry_point`
@@ -15,15 +18,14 @@ the parts meant to change.
 import os
 from dataclasses import dataclass, field
 
-from datasets import Dataset
 from trl import get_peft_config, get_quantization_config
 
 from gspo_recipes import GSPOTrainer
-from gspo_recipes.data.synthetic_code import make_code_tasks
 from gspo_recipes.recipe import (
     RecipeArguments,
     as_prompt,
     banner,
+    describe,
     end_banner,
     load_train_dataset,
     map_columns,
@@ -32,7 +34,6 @@ from gspo_recipes.recipe import (
     require_columns,
 )
 from gspo_recipes.rewards import get_rewards
-from gspo_recipes.tiny import build_tiny_model_and_tokenizer
 
 OFFLINE_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "code_gspo_offline.yaml")
 # ADAPT: the instruction and the rewards.
@@ -41,19 +42,24 @@ DEFAULT_REWARDS = ["code_execution"]
 
 # The columns each format needs, and how its task becomes the user message.
 FORMATS = {
-    "mbpp": (("text", "test_list"), lambda row: f"{row['text']}\nYour code must pass this test:\n{row['test_list'][0]}"),
-    "humaneval": (("prompt", "test", "entry_point"),
-                  lambda row: f"Complete this function and return all of it:\n```python\n{row['prompt']}```"),
-    "apps": (("question", "input_output"),
-             lambda row: f"{row['question']}\nRead the input from stdin and print the answer to stdout."),
+    "mbpp": (
+        ("text", "test_list"),
+        lambda row: f"{row['text']}\nYour code must pass this test:\n{row['test_list'][0]}",
+    ),
+    "humaneval": (
+        ("prompt", "test", "entry_point"),
+        lambda row: f"Complete this function and return all of it:\n```python\n{row['prompt']}```",
+    ),
+    "apps": (
+        ("question", "input_output"),
+        lambda row: f"{row['question']}\nRead the input from stdin and print the answer to stdout.",
+    ),
 }
 
 
 @dataclass
 class CodeArguments(RecipeArguments):
-    dataset_format: str = field(
-        default="mbpp", metadata={"help": "Shape of the dataset.", "choices": list(FORMATS)}
-    )
+    dataset_format: str = field(default="mbpp", metadata={"help": "Shape of the dataset.", "choices": list(FORMATS)})
 
 
 def main():
@@ -62,22 +68,23 @@ def main():
         raise SystemExit(f"error: dataset_format='{script_args.dataset_format}'; use one of {list(FORMATS)}")
 
     # 1. Data, checked before any model is loaded.
-    if script_args.dataset_name:
-        dataset = load_train_dataset(script_args)
-    else:  # offline default: generated MBPP-style tasks
-        dataset = Dataset.from_list(make_code_tasks(128, seed=training_args.seed))
+    dataset = load_train_dataset(script_args, seed=training_args.seed)
     dataset = map_columns(dataset, script_args.column_map)
     needed, task_text = FORMATS[script_args.dataset_format]
     require_columns(dataset, needed)
-    banner([
-        f"GSPO on code: {script_args.dataset_name or 'generated MBPP-style tasks (offline default)'} "
-        f"({script_args.dataset_format}), {len(dataset)} tasks, "
-        f"model {model_args.model_name_or_path or 'tiny untrained (offline default)'}",
-        "Real recipe: accelerate launch recipes/code_gspo.py --config recipes/configs/code_gspo.yaml",
-    ])
+    banner(
+        [
+            (
+                f"GSPO on code: {describe(script_args.dataset_name)} "
+                f"({script_args.dataset_format}), {len(dataset)} tasks, "
+                f"model {describe(model_args.model_name_or_path)}"
+            ),
+            "Real recipe: accelerate launch recipes/code_gspo.py --config recipes/configs/code_gspo.yaml",
+        ]
+    )
 
     # 2. Model and tokenizer.
-    model, tokenizer = model_and_tokenizer(model_args, training_args, build_tiny_model_and_tokenizer)
+    model, tokenizer = model_and_tokenizer(model_args, training_args)
     chat = script_args.use_chat_template and tokenizer.chat_template is not None
     system_prompt = script_args.system_prompt if script_args.system_prompt is not None else SYSTEM_PROMPT
     dataset = dataset.map(lambda row: {"prompt": as_prompt(task_text(row), system_prompt, chat)})

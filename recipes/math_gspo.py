@@ -3,6 +3,9 @@
     accelerate launch recipes/math_gspo.py                                         # offline default (CPU, seconds)
     accelerate launch recipes/math_gspo.py --config recipes/configs/math_gspo.yaml  # the real recipe (GPUs)
 
+With no arguments (or flags only, which override its values) it reads recipes/configs/math_gspo_offline.yaml: a tiny
+untrained model (`builtin:tiny-untrained`) on generated problems (`builtin:math-generated`), to exercise the pipeline.
+
 Data: a `problem` column and either a worked `solution` (ending in \\boxed{...}, as in MATH) or a bare `answer`.
 Map other column names with `--column_map problem=question answer=final_answer`.
 Copy this file to adapt it: the parts meant to change are marked ADAPT.
@@ -10,15 +13,14 @@ Copy this file to adapt it: the parts meant to change are marked ADAPT.
 
 import os
 
-from datasets import Dataset
 from trl import get_peft_config, get_quantization_config
 
 from gspo_recipes import GSPOTrainer
-from gspo_recipes.data.synthetic_math import make_math_problems
 from gspo_recipes.recipe import (
     RecipeArguments,
     as_prompt,
     banner,
+    describe,
     end_banner,
     load_train_dataset,
     map_columns,
@@ -27,7 +29,6 @@ from gspo_recipes.recipe import (
     require_columns,
 )
 from gspo_recipes.rewards import get_rewards
-from gspo_recipes.tiny import build_tiny_model_and_tokenizer
 
 OFFLINE_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "math_gspo_offline.yaml")
 # ADAPT: the instruction and the rewards.
@@ -39,20 +40,21 @@ def main():
     script_args, training_args, model_args = parse_args(RecipeArguments, OFFLINE_CONFIG)
 
     # 1. Data, checked before any model is loaded.
-    if script_args.dataset_name:
-        dataset = load_train_dataset(script_args)
-    else:  # offline default: generated problems
-        dataset = Dataset.from_list(make_math_problems(256, seed=training_args.seed))
+    dataset = load_train_dataset(script_args, seed=training_args.seed)
     dataset = map_columns(dataset, script_args.column_map)
     require_columns(dataset, ("problem", "solution"), ("problem", "answer"))
-    banner([
-        f"GSPO on maths: {script_args.dataset_name or 'generated MATH-style problems (offline default)'}, "
-        f"{len(dataset)} problems, model {model_args.model_name_or_path or 'tiny untrained (offline default)'}",
-        "Real recipe: accelerate launch recipes/math_gspo.py --config recipes/configs/math_gspo.yaml",
-    ])
+    banner(
+        [
+            (
+                f"GSPO on maths: {describe(script_args.dataset_name)}, "
+                f"{len(dataset)} problems, model {describe(model_args.model_name_or_path)}"
+            ),
+            "Real recipe: accelerate launch recipes/math_gspo.py --config recipes/configs/math_gspo.yaml",
+        ]
+    )
 
     # 2. Model and tokenizer.
-    model, tokenizer = model_and_tokenizer(model_args, training_args, build_tiny_model_and_tokenizer)
+    model, tokenizer = model_and_tokenizer(model_args, training_args)
     chat = script_args.use_chat_template and tokenizer.chat_template is not None
     system_prompt = script_args.system_prompt if script_args.system_prompt is not None else SYSTEM_PROMPT
     dataset = dataset.map(lambda row: {"prompt": as_prompt(row["problem"], system_prompt, chat)})

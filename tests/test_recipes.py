@@ -1,5 +1,6 @@
 """The recipes end to end, offline and tiny: each script runs as a user runs it, in a subprocess."""
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -7,6 +8,7 @@ import sys
 
 import pytest
 import torch
+import yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECIPES = os.path.join(ROOT, "recipes")
@@ -28,15 +30,34 @@ def coldstart_cache(tmp_path_factory):
     return str(cache)
 
 
-def run(args, cwd, cache=None, launcher=None, check=True):
+def run(args, cwd, cache=None, launcher=None, check=True, timeout=600):
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     if cache:
         env["GSPO_RECIPES_CACHE"] = cache
     command = (launcher or [sys.executable]) + args
-    result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    result = subprocess.run(command, check=False, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     if check and result.returncode != 0:
         raise AssertionError(f"{' '.join(command)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}")
     return result
+
+
+def load_recipe(recipe):
+    """The recipe file as a module (its `main()` does not run)."""
+    spec = importlib.util.spec_from_file_location(recipe.removesuffix(".py"), os.path.join(RECIPES, recipe))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+RECIPE_ARGUMENTS = {"gsm8k_gspo.py": "RecipeArguments", "math_gspo.py": "RecipeArguments",
+                    "code_gspo.py": "CodeArguments"}
+
+
+def parse_recipe(recipe, argv, monkeypatch):
+    """(script args, GSPOConfig, ModelConfig) exactly as `recipe` parses them from the command line `argv`."""
+    module = load_recipe(recipe)
+    monkeypatch.setattr(sys, "argv", [recipe, *argv])
+    return module.parse_args(getattr(module, RECIPE_ARGUMENTS[recipe]), module.OFFLINE_CONFIG)
 
 
 def diagnostics_steps(output_dir):
@@ -65,7 +86,7 @@ def test_offline_default_runs_end_to_end(recipe, tmp_path):
 def test_gsm8k_stopped_and_resumed_ends_like_an_uninterrupted_run(tmp_path, coldstart_cache):
     """Also the embedded default (no model, no dataset): the cold-start path with a pre-built cache."""
     common = [os.path.join(RECIPES, "gsm8k_gspo.py"), *FAST, "--lr_scheduler_type", "constant",
-              "--save_strategy", "steps", "--save_steps", "4"]
+              "--save_strategy", "steps", "--save_steps", "4", "--save_total_limit", "3"]  # keep checkpoint-4
     whole, resumed = tmp_path / "whole", tmp_path / "resumed"
     result = run([*common, "--max_steps", "8", "--output_dir", str(whole)], cwd=tmp_path, cache=coldstart_cache)
     assert "cold-start tiny model" in result.stdout and "recipes/configs/gsm8k_gspo.yaml" in result.stdout
@@ -93,8 +114,7 @@ def test_gsm8k_real_path_with_a_local_dataset_and_model(tmp_path):
     model.save_pretrained(tmp_path / "model")
     tokenizer.save_pretrained(tmp_path / "model")
     with open(tmp_path / "data.jsonl", "w") as f:
-        for row in make_gsm_problems(32):
-            f.write(json.dumps({"q": row["question"], "answer": row["answer"]}) + "\n")
+        f.writelines(json.dumps({"q": row["question"], "answer": row["answer"]}) + "\n" for row in make_gsm_problems(32))
     out = tmp_path / "out"
     run([os.path.join(RECIPES, "gsm8k_gspo.py"), *FAST, "--max_steps", "2", "--model_name_or_path",
          str(tmp_path / "model"), "--dataset_name", str(tmp_path / "data.jsonl"), "--column_map", "question=q",
@@ -134,3 +154,126 @@ def test_gsm8k_on_two_cpu_processes(tmp_path, coldstart_cache):
     assert [line["step"] for line in lines] == [1, 2, 3, 4]
     # Each process holds 8 responses per step; the diagnostics gather both.
     assert all(line["responses"] == 16 for line in lines)
+
+
+@pytest.mark.parametrize("recipe", list(RECIPE_ARGUMENTS))
+def test_flags_override_the_offline_default_value_by_value(recipe, tmp_path, monkeypatch):
+    """`recipe.py --output_dir X --max_steps 3 --report_to tensorboard`: the three flags win, and every other value of
+    the offline YAML (model, data, learning rate, batch, ...) is kept, not replaced by TRL's defaults."""
+    from gspo_recipes import GSPOConfig
+
+    flags = {"output_dir": str(tmp_path / "x"), "max_steps": "3", "report_to": "tensorboard"}
+    parsed = parse_recipe(recipe, [arg for key, value in flags.items() for arg in (f"--{key}", value)], monkeypatch)
+    _script_args, training_args, _model_args = parsed
+    assert (training_args.output_dir, training_args.max_steps) == (str(tmp_path / "x"), 3)
+    assert training_args.report_to == ["tensorboard"]
+    with open(os.path.join(RECIPES, "configs", recipe.replace(".py", "_offline.yaml"))) as f:
+        offline = yaml.safe_load(f)
+    assert offline["learning_rate"] != GSPOConfig.learning_rate  # so keeping it is not an accident of defaults
+    kept = {key: value for key, value in offline.items() if key not in flags}
+    for key, value in kept.items():
+        holder = next(args for args in parsed if hasattr(args, key))
+        got = getattr(holder, key)
+        assert got == value or got == [value], f"{key}: the offline YAML says {value!r}, the run got {got!r}"
+    assert {"learning_rate", "model_name_or_path", "dataset_name", "per_device_train_batch_size"} <= set(kept)
+
+
+def test_a_model_or_a_config_replaces_the_offline_default(tmp_path, monkeypatch):
+    """The offline YAML is the base only when neither names the model: a real run does not inherit the tiny one's
+    learning rate or data."""
+    from gspo_recipes import GSPOConfig
+
+    _, training_args, model_args = parse_recipe(
+        "gsm8k_gspo.py", ["--model_name_or_path=some/model", "--output_dir", str(tmp_path)], monkeypatch
+    )
+    assert model_args.model_name_or_path == "some/model" and training_args.learning_rate == GSPOConfig.learning_rate
+    real = os.path.join(RECIPES, "configs", "gsm8k_gspo.yaml")
+    script_args, training_args, model_args = parse_recipe("gsm8k_gspo.py", ["--config", real, "--max_steps", "7"],
+                                                          monkeypatch)
+    assert (model_args.model_name_or_path, script_args.dataset_name) == ("Qwen/Qwen2.5-0.5B-Instruct", "openai/gsm8k")
+    assert training_args.max_steps == 7 and training_args.learning_rate == 1e-6
+
+
+def test_builtin_names_resolve_through_the_recipe_loaders(monkeypatch):
+    """The offline YAML's `builtin:` names load through the same functions as a hub name or a local path."""
+    from trl import ModelConfig
+
+    from gspo_recipes.coldstart import CHAT_TEMPLATE
+    from gspo_recipes.data.synthetic_gsm import make_gsm_dataset
+    from gspo_recipes.recipe import RecipeArguments, load_train_dataset, model_and_tokenizer
+
+    monkeypatch.setenv("GSPO_RECIPES_CACHE", "/nonexistent")  # the copy shipped with the package, not a local cache
+    args = RecipeArguments(dataset_name="builtin:gsm8k-generated", max_train_samples=100)
+    dataset = load_train_dataset(args, seed=3)
+    assert dataset.to_list() == make_gsm_dataset(2048, seed=10_003, with_prompt=False).to_list()[:100]
+    model, tokenizer = model_and_tokenizer(ModelConfig(model_name_or_path="builtin:coldstart-gsm8k"), None)
+    assert sum(p.numel() for p in model.parameters()) == 998_528 and tokenizer.chat_template == CHAT_TEMPLATE
+
+
+def test_unknown_builtin_name_lists_the_known_ones():
+    from gspo_recipes.recipe import RecipeArguments, load_train_dataset
+
+    with pytest.raises(SystemExit) as error:
+        load_train_dataset(RecipeArguments(dataset_name="builtin:gsm9k"))
+    assert "dataset_name=builtin:gsm9k" in str(error.value) and "builtin:gsm8k-generated" in str(error.value)
+
+
+def test_embedded_prompt_tokens_are_the_plain_prompt_the_cold_start_was_trained_on(monkeypatch):
+    """The embedded default sends chat messages like any chat model; the cold-start tokenizer renders them as the
+    plain `question + "\\nAnswer: "` the model was trained on, token for token as TRL tokenizes each form."""
+    from gspo_recipes.builtin import load_model
+    from gspo_recipes.data.synthetic_gsm import format_prompt, make_gsm_problems
+    from gspo_recipes.recipe import as_prompt
+
+    monkeypatch.setenv("GSPO_RECIPES_CACHE", "/nonexistent")
+    _, tokenizer = load_model("builtin:coldstart-gsm8k")
+    questions = [problem["question"] for problem in make_gsm_problems(8, seed=5)]
+    system_prompt = load_recipe("gsm8k_gspo.py").SYSTEM_PROMPT
+    chat = tokenizer.apply_chat_template([as_prompt(q, system_prompt, chat=True) for q in questions],
+                                         add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
+    plain = tokenizer(text=[format_prompt(q) for q in questions])["input_ids"]
+    assert chat == plain
+
+
+def embedded_default_section():
+    """The README's paragraph on the embedded default, where its measured figures are."""
+    with open(os.path.join(ROOT, "README.md")) as f:
+        readme = f.read()
+    start = readme.index("- **Embedded default**")
+    return readme[start : readme.index("- **Real recipe**", start)]
+
+
+def test_readme_figures_were_measured_with_the_shipped_clip_range(monkeypatch):
+    """The README's reward, time and clip figures hold for one clip range: the offline YAML must still ship it."""
+    _, training_args, _ = parse_recipe("gsm8k_gspo.py", [], monkeypatch)
+    section = embedded_default_section()
+    assert f"`epsilon: {training_args.epsilon:g}`" in section
+    assert f"`epsilon_high: {training_args.epsilon_high:g}`" in section
+
+
+def minibatch_clip_fractions(output_dir):
+    """Per minibatch, the share of its responses clipped (both sides) over the whole run."""
+    totals = {}
+    with open(os.path.join(output_dir, "gspo_diagnostics.jsonl")) as f:
+        for line in f:
+            for k, counts in json.loads(line)["minibatches"].items():
+                seen, clipped = totals.get(int(k), (0, 0))
+                totals[int(k)] = (seen + counts["responses"], clipped + counts["clipped_low"] + counts["clipped_high"])
+    return {k: clipped / seen for k, (seen, clipped) in sorted(totals.items())}
+
+
+@pytest.mark.slow
+def test_embedded_default_learns_with_a_healthy_trust_region(tmp_path):
+    """The newcomer's first run, exactly as shipped (3.5 minutes on 2 free cores): no health warning, at most a
+    quarter of the responses clipped on each off-policy minibatch, and a visible rise of the reward."""
+    out = tmp_path / "out"
+    result = run([os.path.join(RECIPES, "gsm8k_gspo.py"), "--output_dir", str(out)], cwd=tmp_path,
+                 cache=str(tmp_path / "empty-cache"), timeout=1800)
+    assert "GSPO health:" not in result.stdout + result.stderr
+    fractions = minibatch_clip_fractions(out)
+    assert sorted(fractions) == [1, 2, 3, 4] and fractions[1] == 0.0
+    assert all(0.0 < fractions[k] <= 0.25 for k in (2, 3, 4)), fractions
+    with open(out / "trainer_state.json") as f:
+        rewards = [entry["reward"] for entry in json.load(f)["log_history"] if "reward" in entry]
+    fifth = len(rewards) // 5
+    assert sum(rewards[-fifth:]) / fifth - sum(rewards[:fifth]) / fifth >= 0.15
