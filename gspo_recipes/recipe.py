@@ -14,6 +14,7 @@ from trl import ModelConfig, ScriptArguments, TrlParser
 
 from . import builtin
 from .config import GSPOConfig
+from .diagnostics_file import diagnostics_path
 
 LOCAL_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 
@@ -191,7 +192,7 @@ def end_banner(output_dir: str, log_history: list[dict]) -> None:
     banner([
         reward_trend(log_history),
         f"Done. Logs and checkpoints: {output_dir}",
-        f"  diagnostics: {os.path.join(output_dir, 'gspo_diagnostics.jsonl')}",
+        f"  diagnostics: {diagnostics_path(output_dir)}",
         f"  figures:     gspo report {output_dir}   (writes PNGs and gspo_report.txt next to the logs)",
         f"  clip range:  gspo calibrate {output_dir} --target-clip 0.1",
     ])
