@@ -7,23 +7,29 @@ Each drops into any TRL `GRPOTrainer` with `importance_sampling_level="sequence"
 from gspo_recipes._trl import attach_response_stats
 from gspo_recipes.diagnostics_file import DIAGNOSTICS_FILE
 from gspo_recipes.health import HealthWarnings
+from gspo_recipes.moe import is_moe_model
 from gspo_recipes.response_stats import ResponseStats
 
 from .clip_fraction import ClipFractionByLengthCallback
 from .log_ratio_histogram import LogRatioHistogramCallback
+from .routing_volatility import RoutingVolatilityCallback
 
 
 def default_callbacks(trainer) -> list:
-    """The callbacks `GSPOTrainer` registers when `gspo_diagnostics` is on."""
-    return [ClipFractionByLengthCallback(trainer), LogRatioHistogramCallback(trainer)]
+    """The callbacks `GSPOTrainer` registers when `gspo_diagnostics` is on (routing volatility for MoE models only)."""
+    callbacks = [ClipFractionByLengthCallback(trainer), LogRatioHistogramCallback(trainer)]
+    if is_moe_model(trainer.model):
+        callbacks.append(RoutingVolatilityCallback(trainer))
+    return callbacks
 
 
 __all__ = [
+    "DIAGNOSTICS_FILE",
     "ClipFractionByLengthCallback",
-    "LogRatioHistogramCallback",
     "HealthWarnings",
+    "LogRatioHistogramCallback",
     "ResponseStats",
+    "RoutingVolatilityCallback",
     "attach_response_stats",
     "default_callbacks",
-    "DIAGNOSTICS_FILE",
 ]

@@ -1,0 +1,186 @@
+"""Routing volatility and Routing Replay in real GRPO/GSPO steps on a tiny Qwen3-MoE with the character tokenizer."""
+
+import json
+
+import pytest
+import torch
+from conftest import digit_count_reward, tiny_config
+from gspo_recipes.callbacks import RoutingVolatilityCallback
+from trl import GRPOConfig, GRPOTrainer
+
+from gspo_recipes import GSPOConfig, GSPOTrainer, _trl
+from gspo_recipes.moe import build_tiny_moe, find_moe_layers
+from gspo_recipes.tiny import build_tokenizer
+
+
+@pytest.fixture
+def tiny_moe():
+    tokenizer = build_tokenizer()
+    model = build_tiny_moe("qwen3_moe", vocab_size=len(tokenizer))
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    return model, tokenizer
+
+
+def moe_trainer(tmp_path, tiny_moe, dataset, **overrides):
+    model, tokenizer = tiny_moe
+    settings = {"steps_per_generation": 4, "max_steps": 8, "learning_rate": 3e-2}
+    settings.update(overrides)
+    args = tiny_config(tmp_path, **settings)
+    return GSPOTrainer(
+        model=model, reward_funcs=digit_count_reward, args=args, train_dataset=dataset, processing_class=tokenizer
+    )
+
+
+def logged(trainer, name):
+    return [row[name] for row in trainer.state.log_history if name in row]
+
+
+def test_volatility_is_logged_per_minibatch_and_zero_on_policy(tmp_path, tiny_moe, prompt_dataset):
+    trainer = moe_trainer(tmp_path, tiny_moe, prompt_dataset)
+    assert any(isinstance(cb, RoutingVolatilityCallback) for cb in trainer.callback_handler.callbacks)
+    trainer.train()
+    first = logged(trainer, "gspo/routing/changed_frac/minibatch_1")
+    later = [v for k in (2, 3, 4) for v in logged(trainer, f"gspo/routing/changed_frac/minibatch_{k}")]
+    assert len(first) == 2 and len(later) == 6  # two generation rounds of four minibatches
+    assert first == [0.0, 0.0]
+    assert sum(later) > 0 and max(later) > 0.01  # lr 3e-2 moves routes
+    assert all(0.0 <= v <= 1.0 for v in logged(trainer, "gspo/routing/changed_slot_frac"))
+    lines = [json.loads(line) for line in (tmp_path / "gspo_diagnostics.jsonl").read_text().splitlines()]
+    sections = [line["routing"] for line in lines if "routing" in line]
+    assert len(sections) == 8
+    assert all(len(s["per_layer"]) == len(find_moe_layers(trainer.model)) for s in sections)
+    assert max(max(s["per_layer"]) for s in sections) > 0
+
+
+def our_hooks(model) -> list:
+    """Module hooks installed by gspo_recipes (transformers and TRL install their own)."""
+    hooks = [h for m in model.modules() for h in (*m._forward_hooks.values(), *m._forward_pre_hooks.values())]
+    return [h for h in hooks if getattr(h, "__module__", "").startswith("gspo_recipes")]
+
+
+def test_dense_model_gets_no_routing_hook(tmp_path, tiny, prompt_dataset):
+    model, tokenizer = tiny
+    trainer = GSPOTrainer(
+        model=model,
+        reward_funcs=digit_count_reward,
+        args=tiny_config(tmp_path, max_steps=1),
+        train_dataset=prompt_dataset,
+        processing_class=tokenizer,
+    )
+    assert not any(isinstance(cb, RoutingVolatilityCallback) for cb in trainer.callback_handler.callbacks)
+    callback = RoutingVolatilityCallback(trainer)  # dropped in by hand: still nothing installed
+    assert callback.monitor is None and getattr(trainer, "routing_monitor", None) is None
+    assert "training_step" not in vars(trainer) and "_prepare_inputs" not in vars(trainer)
+    trainer.train()
+    assert not our_hooks(trainer.model)
+    assert not any("gspo/routing" in key for row in trainer.state.log_history for key in row)
+
+
+def test_drop_in_on_plain_grpo_trainer(tmp_path, tiny_moe, prompt_dataset):
+    model, tokenizer = tiny_moe
+    args = GRPOConfig(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=8,
+        num_generations=4,
+        max_completion_length=8,
+        max_steps=4,
+        steps_per_generation=4,
+        learning_rate=3e-2,
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+        use_cpu=True,
+        bf16=False,
+        seed=0,
+    )
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=digit_count_reward,
+        args=args,
+        train_dataset=prompt_dataset,
+        processing_class=tokenizer,
+    )
+    trainer.add_callback(RoutingVolatilityCallback(trainer))
+    trainer.train()
+    assert logged(trainer, "gspo/routing/changed_frac/minibatch_1") == [0.0]
+    later = [v for k in (2, 3, 4) for v in logged(trainer, f"gspo/routing/changed_frac/minibatch_{k}")]
+    assert len(later) == 3 and max(later) > 0
+    assert not our_hooks(trainer.model)  # every routing hook is removed after its pass
+
+
+def spy_replayed_experts(trainer):
+    """Per loss forward: (minibatch, experts the MoE layers were given, the batch's old routes, log s_i)."""
+    seen, current = [], {}
+    layers = find_moe_layers(trainer.model)
+
+    def experts_pre_hook(module, args, kwargs):
+        # The loss forward only (reentrant checkpointing runs it under no_grad), not its recomputation in backward.
+        if torch._C._current_graph_task_id() == -1 and "routes" in current:
+            current["routes"].append(args[1].detach().sort(dim=-1).values)
+
+    for layer in layers:
+        layer.experts.register_forward_pre_hook(experts_pre_hook, with_kwargs=True)
+    compute_loss, record = trainer._compute_loss, trainer._record_responses
+
+    def compute_loss_spy(model, inputs):
+        current["routes"] = []
+        loss = compute_loss(model, inputs)
+        given = torch.stack(current.pop("routes"), dim=1)  # (tokens, layers, k)
+        seen.append(
+            {
+                "minibatch": _trl.minibatch_index(trainer),
+                "given": given,
+                "old": inputs["old_routes"],
+                "log_s": current.pop("log_s"),
+            }
+        )
+        return loss
+
+    def record_spy(log_s, *args):
+        current["log_s"] = log_s.detach()
+        return record(log_s, *args)
+
+    trainer._compute_loss, trainer._record_responses = compute_loss_spy, record_spy
+    return seen
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_replay_uses_the_old_routes_through_checkpointed_backward(tmp_path, tiny_moe, prompt_dataset, reentrant):
+    trainer = moe_trainer(
+        tmp_path,
+        tiny_moe,
+        prompt_dataset,
+        routing_replay=True,
+        gradient_accumulation_steps=2,
+        max_steps=4,
+        gradient_checkpointing=True,
+        gradient_checkpointing_kwargs={"use_reentrant": reentrant},
+    )
+    seen = spy_replayed_experts(trainer)
+    trainer.train()
+    assert any(getattr(m, "gradient_checkpointing", False) is True for m in trainer.model.modules())
+    assert len(seen) == 8 and {s["minibatch"] for s in seen} == {1, 2}
+    for s in seen:
+        old = s["old"].long().reshape(-1, *s["old"].shape[2:])
+        assert torch.equal(s["given"].long(), old)  # every MoE layer used the recorded experts
+    on_policy = torch.cat([s["log_s"] for s in seen if s["minibatch"] == 1])
+    assert on_policy.abs().max() < 1e-6
+    # The metric reports the router's own choice, which the update moved even though replay forced old routes.
+    assert max(logged(trainer, "gspo/routing/changed_frac/minibatch_2")) > 0
+
+
+def test_replay_refusals_name_the_field(tmp_path, tiny, prompt_dataset):
+    model, tokenizer = tiny
+    with pytest.raises(ValueError, match="routing_replay=False"):
+        GSPOTrainer(
+            model=model,
+            reward_funcs=digit_count_reward,
+            args=tiny_config(tmp_path, routing_replay=True),
+            train_dataset=prompt_dataset,
+            processing_class=tokenizer,
+        )
+    with pytest.raises(ValueError, match="old_logps_source='recompute'"):
+        GSPOConfig(output_dir=str(tmp_path), routing_replay=True, old_logps_source="sampler", report_to="none")
+    with pytest.raises(ValueError, match="nothing to replay"):
+        GSPOConfig(output_dir=str(tmp_path), routing_replay=True, num_minibatches=1, report_to="none")
