@@ -184,3 +184,62 @@ def test_replay_refusals_name_the_field(tmp_path, tiny, prompt_dataset):
         GSPOConfig(output_dir=str(tmp_path), routing_replay=True, old_logps_source="sampler", report_to="none")
     with pytest.raises(ValueError, match="nothing to replay"):
         GSPOConfig(output_dir=str(tmp_path), routing_replay=True, num_minibatches=1, report_to="none")
+
+
+def test_old_routes_follow_trls_shuffle_and_split():
+    """The batch key carrying the routes is row-indexed like the prompts, so TRL's shuffle and split keep the pairs."""
+    from trl.trainer.utils import shuffle_sequence_dict, split_tensor_dict
+
+    rows = torch.arange(8)
+    batch = {
+        "prompt_ids": rows[:, None].repeat(1, 3),
+        _trl.OLD_ROUTES_KEY: rows[:, None, None, None].repeat(1, 5, 2, 2),
+    }
+    for part in split_tensor_dict(shuffle_sequence_dict(batch), 4):
+        routes = part[_trl.OLD_ROUTES_KEY]
+        assert routes.shape == (2, 5, 2, 2)
+        assert torch.equal(routes[:, 0, 0, 0], part["prompt_ids"][:, 0])
+
+
+def test_two_processes_sum_route_counts_before_dividing(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from gspo_recipes.moe.monitor import routing_shares
+
+    script = os.path.join(os.path.dirname(__file__), "scripts", "two_process_routing.py")
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "accelerate.commands.launch",
+            "--multi_gpu",
+            "--num_processes",
+            "2",
+            "--num_machines",
+            "1",
+            "--mixed_precision",
+            "no",
+            "--dynamo_backend",
+            "no",
+            script,
+            str(tmp_path),
+        ],
+        check=True,
+        timeout=600,
+        cwd=tmp_path,
+        capture_output=True,
+    )
+    counts = [json.loads((tmp_path / f"counts_{rank}.json").read_text()) for rank in (0, 1)]
+    history = [row for row in json.loads((tmp_path / "history.json").read_text()) if "gspo/routing/changed_frac" in row]
+    assert len(history) == 4 and len(counts[0]) == len(counts[1]) == 4
+    for step, row in enumerate(history):
+        tables = [torch.tensor(c[step], dtype=torch.float64) for c in counts]
+        assert not torch.equal(tables[0], tables[1])  # each process measured its own responses
+        expected = routing_shares(tables[0] + tables[1])
+        assert row["gspo/routing/changed_frac"] == pytest.approx(expected["changed_frac"], abs=1e-9)
+        for k, of_k in expected["per_minibatch"].items():
+            assert row[f"gspo/routing/changed_frac/minibatch_{k}"] == pytest.approx(of_k["changed_frac"], abs=1e-9)
+    assert history[0]["gspo/routing/changed_frac/minibatch_1"] == 0.0
+    assert max(row.get("gspo/routing/changed_frac/minibatch_4", 0.0) for row in history) > 0
