@@ -243,3 +243,18 @@ def test_two_processes_sum_route_counts_before_dividing(tmp_path):
             assert row[f"gspo/routing/changed_frac/minibatch_{k}"] == pytest.approx(of_k["changed_frac"], abs=1e-9)
     assert history[0]["gspo/routing/changed_frac/minibatch_1"] == 0.0
     assert max(row.get("gspo/routing/changed_frac/minibatch_4", 0.0) for row in history) > 0
+
+
+def test_moe_recipe_config_parses_with_the_metric_on_and_replay_off():
+    import pathlib
+
+    from trl import ModelConfig, TrlParser
+
+    from gspo_recipes.recipe import RecipeArguments
+
+    path = pathlib.Path(__file__).parent.parent / "recipes" / "configs" / "gsm8k_gspo_moe.yaml"
+    script, args, model = TrlParser((RecipeArguments, GSPOConfig, ModelConfig)).parse_args_and_config(
+        ["--config", str(path)]
+    )
+    assert "A3B" in model.model_name_or_path and args.gspo_diagnostics and not args.routing_replay
+    assert args.importance_sampling_level == "sequence" and args.steps_per_generation == 4 * 4

@@ -7,11 +7,15 @@ forward, and hands them here as callables to run.
 
 from __future__ import annotations
 
+import logging
+
 import torch
 
 from gspo_recipes.moe.discovery import check_routing_replay_supported, find_moe_layers
 from gspo_recipes.moe.routing import RouteRecorder, RoutingReplay
 from gspo_recipes.moe.volatility import completion_routes, routing_change
+
+logger = logging.getLogger(__name__)
 
 # Columns of a minibatch's counts, followed by one column of changed sets per MoE layer.
 COUNT_COLUMNS = ("changed_sets", "changed_slots", "num_sets", "num_slots", "num_tokens")
@@ -78,7 +82,12 @@ class RoutingMonitor:
             return run()
         with RouteRecorder(self.model, self.layers) as recorder:
             result = run()
-        current = torch.cat(recorder.calls, dim=0)
+        calls = recorder.calls
+        if not calls:  # a kernel bypassed the experts' forward hooks: nothing to compare, say so once
+            self.measure = False
+            logger.warning("Routing volatility is off: the MoE layers' hooks saw no forward call (a hub kernel?).")
+            return result
+        current = torch.cat(calls, dim=0)
         completion = token_mask.shape[1]
         change = routing_change(
             completion_routes(old_routes, completion), completion_routes(current, completion), token_mask
