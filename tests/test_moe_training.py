@@ -253,7 +253,7 @@ def test_moe_recipe_config_parses_with_the_metric_on_and_replay_off():
     from gspo_recipes.recipe import RecipeArguments
 
     path = pathlib.Path(__file__).parent.parent / "recipes" / "configs" / "gsm8k_gspo_moe.yaml"
-    script, args, model = TrlParser((RecipeArguments, GSPOConfig, ModelConfig)).parse_args_and_config(
+    _, args, model = TrlParser((RecipeArguments, GSPOConfig, ModelConfig)).parse_args_and_config(
         ["--config", str(path)]
     )
     assert "A3B" in model.model_name_or_path and args.gspo_diagnostics and not args.routing_replay
