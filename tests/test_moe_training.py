@@ -51,6 +51,13 @@ def test_volatility_is_logged_per_minibatch_and_zero_on_policy(tmp_path, tiny_mo
     assert len(sections) == 8
     assert all(len(s["per_layer"]) == len(find_moe_layers(trainer.model)) for s in sections)
     assert max(max(s["per_layer"]) for s in sections) > 0
+    # `gspo report` draws it and summarises it.
+    from gspo_recipes.report import report
+
+    assert report(str(tmp_path)) == 0
+    assert (tmp_path / "gspo_routing.png").stat().st_size > 0
+    summary = (tmp_path / "gspo_report.txt").read_text()
+    assert "MoE routing" in summary and "  1: 0.00% of" in summary
 
 
 def our_hooks(model) -> list:
