@@ -265,3 +265,18 @@ def test_moe_recipe_config_parses_with_the_metric_on_and_replay_off():
     )
     assert "A3B" in model.model_name_or_path and args.gspo_diagnostics and not args.routing_replay
     assert args.importance_sampling_level == "sequence" and args.steps_per_generation == 4 * 4
+
+
+@pytest.mark.parametrize("family", ["qwen2_moe", "olmoe", "mixtral", "gpt_oss", "deepseek_v3", "glm4_moe"])
+def test_replay_and_metric_in_training_for_each_family(tmp_path, prompt_dataset, family):
+    tokenizer = build_tokenizer()
+    model = build_tiny_moe(family, vocab_size=len(tokenizer))
+    model.generation_config.pad_token_id, model.generation_config.eos_token_id = 0, 2
+    trainer = moe_trainer(tmp_path, (model, tokenizer), prompt_dataset, routing_replay=True, max_steps=4)
+    seen = spy_replayed_experts(trainer)
+    trainer.train()
+    for s in seen:
+        assert torch.equal(s["given"].long(), s["old"].long().reshape(-1, *s["old"].shape[2:]))
+    assert torch.cat([s["log_s"] for s in seen if s["minibatch"] == 1]).abs().max() < 1e-6
+    assert logged(trainer, "gspo/routing/changed_frac/minibatch_1") == [0.0]
+    assert max(v for k in (2, 3, 4) for v in logged(trainer, f"gspo/routing/changed_frac/minibatch_{k}")) > 0
