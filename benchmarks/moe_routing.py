@@ -97,7 +97,7 @@ def log_ratio_spy(trainer) -> list[dict]:
     return rows
 
 
-def run_arm(model, tokenizer, dataset, settings: dict, seed: int, steps: int, output_dir: str) -> dict:
+def run_arm(model, tokenizer, dataset, settings: dict, seed: int, steps: int, output_dir: str, lr: float) -> dict:
     args = GSPOConfig(
         output_dir=output_dir,
         per_device_train_batch_size=16,
@@ -105,7 +105,7 @@ def run_arm(model, tokenizer, dataset, settings: dict, seed: int, steps: int, ou
         steps_per_generation=4,
         max_completion_length=32,
         max_steps=steps,
-        learning_rate=1e-3,
+        learning_rate=lr,
         logging_steps=1,
         report_to="none",
         save_strategy="no",
@@ -139,8 +139,16 @@ def run_arm(model, tokenizer, dataset, settings: dict, seed: int, steps: int, ou
         "token_std_k": {
             k: torch.cat([r["log_r"] for r in rows if r["minibatch"] == k]).std().item() for k in (2, 3, 4)
         },
+        "seq_std_k": {k: torch.cat([r["log_s"] for r in rows if r["minibatch"] == k]).std().item() for k in (2, 3, 4)},
+        # Share of off-policy tokens whose ratio leaves GRPO's range [0.8, 1.28]: token-ratio swings, every arm alike.
+        "token_out": _outside(torch.cat([r["log_r"] for r in later]), 0.2, 0.28),
     }
     return result
+
+
+def _outside(log_r: torch.Tensor, low: float, high: float) -> float:
+    ratio = log_r.exp()
+    return ((ratio < 1 - low) | (ratio > 1 + high)).float().mean().item()
 
 
 def _mean(history, name):
@@ -148,13 +156,15 @@ def _mean(history, name):
     return statistics.fmean(values) if values else float("nan")
 
 
-def experiment(model, tokenizer, seeds, steps) -> dict[str, list[dict]]:
+def experiment(model, tokenizer, seeds, steps, lr) -> dict[str, list[dict]]:
     dataset = make_gsm_dataset(512, seed=7)
     results = {name: [] for name in ARMS}
     for seed in seeds:
         for name, settings in ARMS.items():
             start = time.perf_counter()
-            results[name].append(run_arm(model, tokenizer, dataset, settings, seed, steps, f"/tmp/moe_routing/{seed}"))
+            results[name].append(
+                run_arm(model, tokenizer, dataset, settings, seed, steps, f"/tmp/moe_routing/{seed}", lr)
+            )
             print(f"  {name:14s} seed {seed}: {time.perf_counter() - start:.0f}s", flush=True)
     return results
 
@@ -163,7 +173,7 @@ def print_table(results) -> None:
     """Means over seeds; the spreads also with their standard deviation across seeds."""
     print(
         f"\n{'arm':14s} {'changed mb1':>11s} {'mb2':>7s} {'mb3':>7s} {'mb4':>7s} {'std log r_t':>16s} "
-        f"{'std log s_i':>16s} {'clip frac':>10s} {'reward':>7s}"
+        f"{'std log s_i':>16s} {'r_t out':>8s} {'clip frac':>10s} {'reward':>7s}"
     )
     for name, runs in results.items():
 
@@ -178,7 +188,8 @@ def print_table(results) -> None:
         print(
             f"{name:14s} "
             + " ".join(f"{100 * c:6.2f}%" for c in changed).rjust(35)
-            + f" {spread('token_std'):>16s} {spread('seq_std'):>16s} {avg('clip'):10.4f} {avg('reward'):7.3f}"
+            + f" {spread('token_std'):>16s} {spread('seq_std'):>16s} {100 * avg('token_out'):7.2f}%"
+            + f" {avg('clip'):10.4f} {avg('reward'):7.3f}"
         )
 
 
@@ -293,14 +304,19 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--figure", default="moe_routing.png")
+    parser.add_argument("--lr", type=float, default=1e-3, help="learning rate of the RL runs (high: visible drift)")
+    parser.add_argument("--skip-overhead", action="store_true")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    finetune_steps, seeds, steps, repeats = (150, [0], 8, 5) if args.quick else (400, [0, 1, 2], 12, 15)
+    finetune_steps, seeds, steps, repeats = (150, [0], 8, 5) if args.quick else (400, [0, 1, 2, 3, 4], 16, 15)
     print(f"Fine-tuning a tiny Qwen3-MoE for {finetune_steps} steps")
     model, tokenizer = finetune(finetune_steps)
-    results = experiment(model, tokenizer, seeds, steps)
+    print(f"RL runs: lr {args.lr}, {steps} optimizer steps, seeds {seeds}")
+    results = experiment(model, tokenizer, seeds, steps, args.lr)
     print_table(results)
     plot(results, args.figure)
+    if args.skip_overhead:
+        return
     dense = build_model(tokenizer, hidden_size=64, num_layers=4, max_position_embeddings=256)
     overhead({"dense": (dense, tokenizer), "MoE": (model, tokenizer)}, make_gsm_dataset(64, seed=8), repeats)
 
