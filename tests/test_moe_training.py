@@ -280,3 +280,15 @@ def test_replay_and_metric_in_training_for_each_family(tmp_path, prompt_dataset,
     assert torch.cat([s["log_s"] for s in seen if s["minibatch"] == 1]).abs().max() < 1e-6
     assert logged(trainer, "gspo/routing/changed_frac/minibatch_1") == [0.0]
     assert max(v for k in (2, 3, 4) for v in logged(trainer, f"gspo/routing/changed_frac/minibatch_{k}")) > 0
+
+
+def test_exactly_on_policy_setup_logs_zero_without_recording(tmp_path, tiny_moe, prompt_dataset):
+    trainer = moe_trainer(tmp_path, tiny_moe, prompt_dataset, steps_per_generation=None, num_minibatches=1, max_steps=2)
+    assert not _trl.recomputes_old_logps(trainer)
+    batches = []
+    prepare = trainer._prepare_inputs
+    trainer._prepare_inputs = lambda generation_batch: batches.append(prepare(generation_batch)) or batches[-1]
+    trainer.train()
+    assert batches and all(_trl.OLD_ROUTES_KEY not in batch for batch in batches)  # no old pass, nothing recorded
+    assert logged(trainer, "gspo/routing/changed_frac") == [0.0, 0.0]
+    assert logged(trainer, "gspo/routing/changed_frac/minibatch_1") == [0.0, 0.0]
