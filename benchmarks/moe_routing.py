@@ -34,7 +34,7 @@ from gspo_recipes.callbacks import RoutingVolatilityCallback
 from gspo_recipes import GSPOConfig, GSPOTrainer, _trl
 from gspo_recipes.coldstart import CHAT_TEMPLATE, encode_for_training, with_shortcuts
 from gspo_recipes.data.synthetic_gsm import extract_final_answer, is_correct, make_gsm_dataset, make_gsm_problems
-from gspo_recipes.moe import build_tiny_moe
+from gspo_recipes.moe import RouteRecorder, RoutingReplay, build_tiny_moe, completion_routes
 from gspo_recipes.tiny import build_model, build_tokenizer
 
 ARMS = {
@@ -90,11 +90,27 @@ def log_ratio_spy(trainer) -> list[dict]:
         old = inputs.get("old_per_token_logps")
         log_r = captured.pop("logps") - (old if old is not None else 0.0)
         log_s = (log_r * mask).sum(-1) / mask.sum(-1).clamp(min=1)
-        rows.append({"minibatch": _trl.minibatch_index(trainer), "log_r": log_r[mask], "log_s": log_s})
+        row = {"minibatch": _trl.minibatch_index(trainer), "log_r": log_r[mask], "log_s": log_s}
+        if row["minibatch"] > 1 and not trainer.routing_monitor.replay:
+            row.update(counterfactual(trainer, inputs, mask, old))
+        rows.append(row)
         return loss
 
     trainer._get_per_token_logps_and_entropies, trainer._compute_loss = get_logps_spy, compute_loss_spy
     return rows
+
+
+def counterfactual(trainer, inputs, mask, old) -> dict:
+    """The same weights scored again with the old routes replayed: the token log-ratios routing flips account for.
+
+    Also which completion tokens had their experts changed in any MoE layer (the current router's own choice)."""
+    routes = inputs[_trl.OLD_ROUTES_KEY]
+    with torch.no_grad(), RoutingReplay(trainer.model, routes), RouteRecorder(trainer.model) as recorder:
+        replayed, _, _ = _trl.score_completions(trainer, trainer.model, inputs)
+    completion = mask.shape[1]
+    current = completion_routes(recorder.routes(), completion)
+    flipped = (current != completion_routes(routes, completion)).flatten(2).any(-1)
+    return {"log_r_replayed": (replayed - old)[mask], "flipped": flipped[mask]}
 
 
 def run_arm(model, tokenizer, dataset, settings: dict, seed: int, steps: int, output_dir: str, lr: float) -> dict:
@@ -143,6 +159,18 @@ def run_arm(model, tokenizer, dataset, settings: dict, seed: int, steps: int, ou
         # Share of off-policy tokens whose ratio leaves GRPO's range [0.8, 1.28]: token-ratio swings, every arm alike.
         "token_out": _outside(torch.cat([r["log_r"] for r in later]), 0.2, 0.28),
     }
+    if later and "flipped" in later[0]:
+        free, replayed = torch.cat([r["log_r"] for r in later]), torch.cat([r["log_r_replayed"] for r in later])
+        flipped = torch.cat([r["flipped"] for r in later])
+        result["counterfactual"] = {
+            "flipped": flipped.float().mean().item(),
+            "std_free": free.std().item(),
+            "std_replayed": replayed.std().item(),
+            "out_free": _outside(free, 0.2, 0.28),
+            "out_replayed": _outside(replayed, 0.2, 0.28),
+            "abs_flipped": free[flipped].abs().mean().item() if flipped.any() else float("nan"),
+            "abs_kept": free[~flipped].abs().mean().item(),
+        }
     return result
 
 
@@ -190,6 +218,25 @@ def print_table(results) -> None:
             + " ".join(f"{100 * c:6.2f}%" for c in changed).rjust(35)
             + f" {spread('token_std'):>16s} {spread('seq_std'):>16s} {100 * avg('token_out'):7.2f}%"
             + f" {avg('clip'):10.4f} {avg('reward'):7.3f}"
+        )
+
+
+def print_counterfactual(results) -> None:
+    """Arms without replay: each off-policy minibatch scored again on the same weights with the old routes."""
+    print("\nSame weights, old routes replayed (arms without replay; means over seeds; minibatches 2-4):")
+    print(
+        f"{'arm':8s} {'tokens flipped':>14s} {'std log r_t free':>17s} {'replayed':>9s} {'r_t out free':>13s} "
+        f"{'replayed':>9s} {'|log r_t| flipped':>18s} {'kept':>7s}"
+    )
+    for name, runs in results.items():
+        rows = [r["counterfactual"] for r in runs if "counterfactual" in r]
+        if not rows:
+            continue
+        m = {key: statistics.fmean(row[key] for row in rows) for key in rows[0]}
+        print(
+            f"{name:8s} {100 * m['flipped']:13.2f}% {m['std_free']:17.4f} {m['std_replayed']:9.4f} "
+            f"{100 * m['out_free']:12.2f}% {100 * m['out_replayed']:8.2f}% {m['abs_flipped']:18.4f} "
+            f"{m['abs_kept']:7.4f}"
         )
 
 
@@ -314,6 +361,7 @@ def main():
     print(f"RL runs: lr {args.lr}, {steps} optimizer steps, seeds {seeds}")
     results = experiment(model, tokenizer, seeds, steps, args.lr)
     print_table(results)
+    print_counterfactual(results)
     plot(results, args.figure)
     if args.skip_overhead:
         return
