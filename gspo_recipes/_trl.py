@@ -230,6 +230,13 @@ def attach_routing(trainer, replay: bool = False):
         return monitor
     if not replay and not is_moe_model(trainer.model):
         return None
+    if replay and not old_pass_recordable(trainer):
+        raise ValueError(
+            "routing_replay=True needs the trainer's old-policy forward pass to record routes in, and this setup has "
+            "none (exactly on-policy: nothing to replay; or old_logps_source='sampler'). Use off-policy minibatches "
+            "(steps_per_generation > gradient_accumulation_steps) with old_logps_source='recompute', or "
+            "routing_replay=False."
+        )
     monitor = trainer.routing_monitor = RoutingMonitor(trainer.model, replay=replay)
     _wrap_for_routing(trainer, monitor)
     return monitor
