@@ -292,3 +292,25 @@ def test_exactly_on_policy_setup_logs_zero_without_recording(tmp_path, tiny_moe,
     assert batches and all(_trl.OLD_ROUTES_KEY not in batch for batch in batches)  # no old pass, nothing recorded
     assert logged(trainer, "gspo/routing/changed_frac") == [0.0, 0.0]
     assert logged(trainer, "gspo/routing/changed_frac/minibatch_1") == [0.0, 0.0]
+
+
+def test_replay_on_a_plain_grpo_trainer_without_old_pass_is_refused(tmp_path, tiny_moe, prompt_dataset):
+    model, tokenizer = tiny_moe
+    args = GRPOConfig(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=8,
+        num_generations=4,
+        max_steps=1,
+        report_to="none",
+        use_cpu=True,
+        bf16=False,
+    )  # TRL's default: one optimizer step per rollout
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=digit_count_reward,
+        args=args,
+        train_dataset=prompt_dataset,
+        processing_class=tokenizer,
+    )
+    with pytest.raises(ValueError, match="nothing to replay"):
+        _trl.attach_routing(trainer, replay=True)
