@@ -376,10 +376,10 @@ def report(run_dir: str, bins: int = 60, quiet_steps: int = 20) -> int:
         figures = [target["clip"], target["heatmap"], target["spread"]]
         if plot_reward(log_history, target["reward"]):
             figures.append(target["reward"])
-        if plot_routing(lines, os.path.join(run_dir, ROUTING_FIGURE)):  # MoE runs only
-            figures.append(os.path.join(run_dir, ROUTING_FIGURE))
         elif state:
             notes.append(f"reward figure skipped: no 'reward' entries in the log_history of {state}")
+        if plot_routing(lines, os.path.join(run_dir, ROUTING_FIGURE)):  # MoE runs only
+            figures.append(os.path.join(run_dir, ROUTING_FIGURE))
     if not state:
         notes.append(f"reward figure skipped: no {STATE_FILE} in {run_dir} or its checkpoint-* folders (the "
                      "Trainer writes it with each checkpoint, or call trainer.save_state()); the health warnings "
