@@ -77,6 +77,7 @@ def plot_routing(lines: list[dict], path: str) -> bool:
             extent=(steps[0] - 0.5, steps[-1] + 0.5, -0.5, grid.shape[0] - 0.5),
         )
         fig.colorbar(mesh, ax=right, label="% of the layer's expert sets changed")
+        right.set_yticks(range(grid.shape[0]))
     right.set(xlabel="step", ylabel="MoE layer", title="routing change per layer (all minibatches of the window)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
