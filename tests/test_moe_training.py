@@ -208,6 +208,7 @@ def test_old_routes_follow_trls_shuffle_and_split():
         assert torch.equal(routes[:, 0, 0, 0], part["prompt_ids"][:, 0])
 
 
+@pytest.mark.slow
 def test_two_processes_sum_route_counts_before_dividing(tmp_path):
     import os
     import subprocess
@@ -267,6 +268,7 @@ def test_moe_recipe_config_parses_with_the_metric_on_and_replay_off():
     assert args.importance_sampling_level == "sequence" and args.steps_per_generation == 4 * 4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["qwen2_moe", "olmoe", "mixtral", "gpt_oss", "deepseek_v3", "glm4_moe"])
 def test_replay_and_metric_in_training_for_each_family(tmp_path, prompt_dataset, family):
     tokenizer = build_tokenizer()
