@@ -96,11 +96,10 @@ class RoutingMonitor:
         return result
 
     def _top_k(self) -> int:
+        # Only for the slot count of an exactly on-policy setup, where every share is 0 whatever k is.
         config = getattr(self.model, "config", None)
-        top_k = getattr(config, "num_experts_per_tok", None) or getattr(self.layers[0].router, "top_k", None)
-        if top_k is None:
-            raise RuntimeError("RoutingMonitor: cannot tell the number of experts per token (num_experts_per_tok).")
-        return int(top_k)
+        text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+        return int(getattr(text_config, "num_experts_per_tok", None) or 1)
 
     def _add(self, minibatch: int, counts: list, per_layer: list | None = None) -> None:
         row = torch.tensor(counts + (per_layer or [0] * self.num_layers), dtype=torch.float64)
