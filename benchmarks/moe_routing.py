@@ -50,10 +50,10 @@ ARMS = {
 }
 
 
-def finetune(steps: int, seed: int = 0):
+def finetune(steps: int, seed: int = 0, num_layers: int = 4):
     tokenizer = build_tokenizer(model_max_length=256)
     tokenizer.chat_template = CHAT_TEMPLATE
-    model = build_tiny_moe("qwen3_moe", seed=seed, num_layers=4, hidden_size=64, vocab_size=len(tokenizer))
+    model = build_tiny_moe("qwen3_moe", seed=seed, num_layers=num_layers, hidden_size=64, vocab_size=len(tokenizer))
     model.generation_config.pad_token_id, model.generation_config.eos_token_id = 0, 2
     problems = with_shortcuts(make_gsm_problems(32 * steps, seed=seed), 0.7, seed=seed + 1)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.95))
@@ -353,11 +353,12 @@ def main():
     parser.add_argument("--figure", default="moe_routing.png")
     parser.add_argument("--lr", type=float, default=1e-3, help="learning rate of the RL runs (high: visible drift)")
     parser.add_argument("--skip-overhead", action="store_true")
+    parser.add_argument("--layers", type=int, default=4, help="MoE layers of the model (all layers are MoE)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     finetune_steps, seeds, steps, repeats = (150, [0], 8, 5) if args.quick else (400, [0, 1, 2, 3, 4], 16, 15)
-    print(f"Fine-tuning a tiny Qwen3-MoE for {finetune_steps} steps")
-    model, tokenizer = finetune(finetune_steps)
+    print(f"Fine-tuning a tiny Qwen3-MoE of {args.layers} layers for {finetune_steps} steps")
+    model, tokenizer = finetune(finetune_steps, num_layers=args.layers)
     print(f"RL runs: lr {args.lr}, {steps} optimizer steps, seeds {seeds}")
     results = experiment(model, tokenizer, seeds, steps, args.lr)
     print_table(results)
@@ -365,7 +366,7 @@ def main():
     plot(results, args.figure)
     if args.skip_overhead:
         return
-    dense = build_model(tokenizer, hidden_size=64, num_layers=4, max_position_embeddings=256)
+    dense = build_model(tokenizer, hidden_size=64, num_layers=args.layers, max_position_embeddings=256)
     overhead({"dense": (dense, tokenizer), "MoE": (model, tokenizer)}, make_gsm_dataset(64, seed=8), repeats)
 
 
