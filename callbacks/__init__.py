@@ -7,18 +7,23 @@ Each drops into any TRL `GRPOTrainer` with `importance_sampling_level="sequence"
 from gspo_recipes._trl import attach_response_stats
 from gspo_recipes.diagnostics_file import DIAGNOSTICS_FILE
 from gspo_recipes.health import HealthWarnings
+from gspo_recipes.moe import is_moe_model
 from gspo_recipes.response_stats import ResponseStats
 
 from .clip_fraction import ClipFractionByLengthCallback
 from .log_ratio_histogram import LogRatioHistogramCallback
 from .reward_hacking import CODE_REWARDS, RewardHackingCallback
+from .routing_volatility import RoutingVolatilityCallback
 
 
 def default_callbacks(trainer) -> list:
-    """The callbacks `GSPOTrainer` registers when `gspo_diagnostics` is on (reward hacking: with a code reward)."""
+    """The callbacks `GSPOTrainer` registers when `gspo_diagnostics` is on: reward hacking with a code reward,
+    routing volatility for MoE models only."""
     callbacks = [ClipFractionByLengthCallback(trainer), LogRatioHistogramCallback(trainer)]
     if any(name in CODE_REWARDS for name in getattr(trainer, "reward_func_names", [])):
         callbacks.append(RewardHackingCallback(trainer))
+    if is_moe_model(trainer.model):
+        callbacks.append(RoutingVolatilityCallback(trainer))
     return callbacks
 
 
@@ -29,6 +34,7 @@ __all__ = [
     "LogRatioHistogramCallback",
     "ResponseStats",
     "RewardHackingCallback",
+    "RoutingVolatilityCallback",
     "attach_response_stats",
     "default_callbacks",
 ]

@@ -15,6 +15,8 @@ Which feature needs which private hook of `GRPOTrainer`:
 | `old_logps_source="sampler"`              | `_generate_and_score_completions`, `_generate_single_turn` (transformers) or `_generate` (vLLM), and answers the old-policy call of `_get_per_token_logps_and_entropies` |
 | sampler mismatch monitor                  | `_generate_and_score_completions`, `_generate_single_turn`, `_generate` |
 | vLLM geometric-mean IS weight             | `_generate_and_score_completions`                               |
+| MoE routing volatility, Routing Replay    | that instance's `_generate_and_score_completions`, `_get_per_token_logps_and_entropies`, |
+|                                           | `_prepare_inputs`, `training_step` (`attach_routing`); adds the batch key `old_routes`  |
 
 A default run (recompute, no vLLM) with `sampler_mismatch_steps=0` runs TRL's generation untouched; with the monitor
 on, the generation hooks only record (they never change what TRL computes).
@@ -198,3 +200,105 @@ def attach_response_stats(trainer):
     trainer._get_per_token_logps_and_entropies = get_logps_and_keep
     trainer._compute_loss = compute_loss_and_record
     return stats
+
+
+# ----------------------------------------------------------------------------------------- MoE routes (gspo_recipes.moe)
+
+# Batch key under which the old-policy pass's routes travel: one row per response, so TRL's shuffle and split into
+# minibatches (`shuffle_sequence_dict`, `split_tensor_dict` in `_prepare_inputs`) carry them with the other rows.
+OLD_ROUTES_KEY = "old_routes"
+
+
+def attach_routing(trainer, replay: bool = False):
+    """The trainer's `RoutingMonitor` (created and wired on first use), or None for a dense model, where nothing is
+    installed. `replay=True` checks that Routing Replay can drive the model (ValueError otherwise).
+
+    Wraps this trainer instance's `_generate_and_score_completions` (adds `OLD_ROUTES_KEY` to the batch),
+    `_get_per_token_logps_and_entropies` (records routes in the old-policy pass, the first policy scoring call of a
+    generation batch that TRL runs when `recomputes_old_logps`; measures them in the loss's call), `_prepare_inputs`
+    and `training_step` (replay stays open from the minibatch's preparation until its backward has returned, so that
+    gradient checkpointing recomputes layers with the same routes). Works for `GSPOTrainer` and a plain
+    `GRPOTrainer` alike; what the loss computes is unchanged unless replay is on.
+    """
+    from .moe import is_moe_model
+    from .moe.monitor import RoutingMonitor
+
+    monitor = getattr(trainer, "routing_monitor", None)
+    if monitor is not None:
+        if replay and not monitor.replay:
+            raise RuntimeError("attach_routing(replay=True) after routing was attached without replay; attach once.")
+        return monitor
+    if not replay and not is_moe_model(trainer.model):
+        return None
+    if replay and not old_pass_recordable(trainer):
+        raise ValueError(
+            "routing_replay=True needs the trainer's old-policy forward pass to record routes in, and this setup has "
+            "none (exactly on-policy: nothing to replay; or old_logps_source='sampler'). Use off-policy minibatches "
+            "(steps_per_generation > gradient_accumulation_steps) with old_logps_source='recompute', or "
+            "routing_replay=False."
+        )
+    monitor = trainer.routing_monitor = RoutingMonitor(trainer.model, replay=replay)
+    _wrap_for_routing(trainer, monitor)
+    return monitor
+
+
+def old_pass_recordable(trainer) -> bool:
+    """Whether TRL runs the trainer's own old-policy forward pass (not answered by the sampler's log-probabilities)."""
+    return recomputes_old_logps(trainer) and getattr(trainer.args, "old_logps_source", "recompute") != "sampler"
+
+
+def _wrap_for_routing(trainer, monitor) -> None:
+    state = {"round": None, "minibatch": None}  # the generation round in progress; the minibatch being trained
+    generate_and_score = trainer._generate_and_score_completions
+    get_logps = trainer._get_per_token_logps_and_entropies
+    prepare_inputs = trainer._prepare_inputs
+    training_step = trainer.training_step
+
+    def generate_and_score_with_routes(inputs):
+        recording = trainer.model.training and old_pass_recordable(trainer)
+        state["round"] = {"routes": None} if recording else None
+        try:
+            output = generate_and_score(inputs)
+        finally:
+            round_, state["round"] = state["round"], None
+        if round_ is not None and round_["routes"] is not None:
+            output[OLD_ROUTES_KEY] = round_["routes"]
+        return output
+
+    def get_logps_with_routes(model, *args, **kwargs):
+        round_, batch = state["round"], state["minibatch"]
+        if round_ is not None and "seen" not in round_ and model is trainer.model and not is_loss_scoring_call(kwargs):
+            round_["seen"] = True  # the old-policy pass (the reference pass under PEFT comes after it)
+            result, round_["routes"] = monitor.record_old_pass(lambda: get_logps(model, *args, **kwargs))
+            return result
+        if batch is not None and is_loss_scoring_call(kwargs) and trainer.model.training:
+            old_routes = batch.get(OLD_ROUTES_KEY)
+            if old_routes is None and recomputes_old_logps(trainer):  # an old pass ran but was not recorded (sampler)
+                return get_logps(model, *args, **kwargs)
+            run = lambda: get_logps(model, *args, **kwargs)
+            return monitor.score_current(run, old_routes, loss_mask(batch), minibatch_index(trainer))
+        return get_logps(model, *args, **kwargs)
+
+    def prepare_inputs_and_replay(generation_batch):
+        batch = prepare_inputs(generation_batch)
+        if state["minibatch"] is not None:  # inside training_step: this is the minibatch it trains on
+            state["minibatch"] = batch
+            monitor.open_replay(batch.get(OLD_ROUTES_KEY))
+        return batch
+
+    def training_step_with_routes(model, inputs, num_items_in_batch=None):
+        state["minibatch"] = {}
+        try:
+            result = training_step(model, inputs, num_items_in_batch)
+        except BaseException as error:
+            monitor.close_replay(type(error))
+            raise
+        finally:
+            state["minibatch"] = None
+        monitor.close_replay()
+        return result
+
+    trainer._generate_and_score_completions = generate_and_score_with_routes
+    trainer._get_per_token_logps_and_entropies = get_logps_with_routes
+    trainer._prepare_inputs = prepare_inputs_and_replay
+    trainer.training_step = training_step_with_routes

@@ -23,6 +23,12 @@ Parameters that differ from `GRPOConfig`'s defaults:
 
     gspo_diagnostics (`bool`, defaults to `True`): register the clip-fraction and log-ratio callbacks.
 
+> Mixture-of-Experts
+
+    routing_replay (`bool`, defaults to `False`): reuse the experts chosen in the old-policy pass in every training
+        forward and backward of that rollout (GRPO needs it on MoE models; GSPO, as the paper recommends, does not).
+        The routing volatility metric is on for MoE models whenever `gspo_diagnostics` is.
+
 > Old-policy log-probabilities (gspo_recipes/sampler/)
 
     old_logps_source (`str`, defaults to `"recompute"`): `"sampler"` uses the generator's log-probabilities as
@@ -129,6 +135,16 @@ class GSPOConfig(GRPOConfig):
             "warnings, gspo_diagnostics.jsonl). They never change training."
         },
     )
+    routing_replay: bool = field(
+        default=False,
+        metadata={
+            "help": "Mixture-of-Experts models only: Routing Replay. The experts each token was routed to in the "
+            "old-policy pass are reused in every training forward and backward of that rollout, weighted by the "
+            "current router, so token ratios no longer jump when routes flip. Token-level GRPO needs it on MoE models; "
+            "GSPO's sequence ratio does not (the paper trains without). Needs off-policy minibatches and "
+            "old_logps_source='recompute'; dense models and unsupported routers are refused at trainer start."
+        },
+    )
     old_logps_source: str = field(
         default="recompute",
         metadata={
@@ -172,6 +188,7 @@ class GSPOConfig(GRPOConfig):
         self._check_clip_range()
         self._check_loss_type()
         self._check_old_logps_source()
+        self._check_routing_replay()
         self._warn_if_on_policy()
 
     def _check_clip_range(self) -> None:
@@ -242,6 +259,23 @@ class GSPOConfig(GRPOConfig):
                 "old_logps_source='sampler' needs per-token log-probabilities from the generator, which transformers "
                 "continuous batching does not return. Set use_transformers_continuous_batching=False, or "
                 "old_logps_source='recompute'."
+            )
+
+    def _check_routing_replay(self) -> None:
+        if not self.routing_replay:
+            return
+        if self.old_logps_source == "sampler":
+            raise ValueError(
+                "routing_replay=True replays the experts recorded in the trainer's old-policy forward pass, which "
+                "old_logps_source='sampler' skips. Set old_logps_source='recompute', or routing_replay=False."
+            )
+        if not has_off_policy_minibatches(self):
+            raise ValueError(
+                "routing_replay=True has nothing to replay: every micro-step of a generation batch falls in one "
+                f"optimizer step (steps_per_generation={self.steps_per_generation} x num_iterations="
+                f"{self.num_iterations} divides gradient_accumulation_steps={self.gradient_accumulation_steps}), so "
+                "the policy that trains is the one that sampled and its routes are already the old ones. Set "
+                "num_minibatches > 1 (or steps_per_generation), or routing_replay=False."
             )
 
     def _warn_if_on_policy(self) -> None:

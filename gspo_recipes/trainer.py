@@ -61,6 +61,8 @@ class GSPOTrainer(GRPOTrainer):
         self.response_stats = None
         steps = args.epsilon_calibration_steps
         self.calibration = EpsilonCalibration(steps, args.epsilon_target_clip) if steps else None
+        if getattr(args, "routing_replay", False):  # refuses dense models and routers it cannot replay exactly
+            _trl.attach_routing(self, replay=True)
         if args.gspo_diagnostics:
             from .callbacks import default_callbacks  # the callbacks sit above the trainer: imported on use
 

@@ -34,6 +34,9 @@ No TRL in here: plain torch and transformers 5.x, whose MoE families all call th
    Gradient checkpointing (reentrant or not) recomputes layers during backward; replay serves them the same routes,
    which is why the context must stay open until backward returns.
 
+`RoutingMonitor` (gspo_recipes/moe/monitor.py) holds steps 2-4 for one trainer; gspo_recipes/_trl.py
+`attach_routing` wires it into TRL, and callbacks/routing_volatility.py logs its counts.
+
 `tiny_moe_config(family)` / `build_tiny_moe(family)` build tiny models of each supported family (MOE_FAMILIES).
 """
 
@@ -44,6 +47,7 @@ from gspo_recipes.moe.discovery import (
     is_experts_module,
     is_moe_model,
 )
+from gspo_recipes.moe.monitor import RoutingMonitor, routing_shares
 from gspo_recipes.moe.routing import RouteRecorder, RoutingReplay, route_dtype
 from gspo_recipes.moe.rules import ROUTER_WEIGHT_RULES
 from gspo_recipes.moe.tiny import MOE_FAMILIES, build_tiny_moe, tiny_moe_config
@@ -54,6 +58,7 @@ __all__ = [
     "ROUTER_WEIGHT_RULES",
     "MoELayer",
     "RouteRecorder",
+    "RoutingMonitor",
     "RoutingReplay",
     "build_tiny_moe",
     "check_routing_replay_supported",
@@ -63,6 +68,7 @@ __all__ = [
     "is_moe_model",
     "route_dtype",
     "routing_change",
+    "routing_shares",
     "split_routes_per_response",
     "stack_routes",
     "tiny_moe_config",

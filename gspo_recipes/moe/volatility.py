@@ -31,7 +31,8 @@ def routing_change(routes_old: torch.Tensor, routes_new: torch.Tensor, token_mas
       changed_slot_frac: share of expert slots (token, layer, one of k) holding an expert absent from the old set;
       changed_frac_per_layer: list with changed_frac of each MoE layer;
       changed_sets, changed_slots, num_sets, num_slots: the counts behind the shares, to sum across processes and
-        minibatches before dividing (averaging shares would weight small batches too much).
+        minibatches before dividing (averaging shares would weight small batches too much);
+      changed_sets_per_layer, num_tokens: the counts behind changed_frac_per_layer.
     With no masked token the shares are 0.0.
     """
     _check_shapes(routes_old, routes_new, token_mask)
@@ -54,6 +55,8 @@ def routing_change(routes_old: torch.Tensor, routes_new: torch.Tensor, token_mas
         "changed_slots": changed_slots,
         "num_sets": num_sets,
         "num_slots": num_slots,
+        "changed_sets_per_layer": changed_per_layer,
+        "num_tokens": num_tokens,
     }
 
 
