@@ -108,14 +108,26 @@ def train_once(diagnostics: bool, opts, measured_from: int) -> dict:
     dataset = Dataset.from_list([{"prompt": f"{a}+{b}="} for a in range(10) for b in range(10)])
     with tempfile.TemporaryDirectory() as out:
         cfg = GSPOConfig(
-            output_dir=out, per_device_train_batch_size=opts.batch_size, num_generations=opts.num_generations,
-            max_completion_length=opts.max_completion_length, num_minibatches=MINIBATCHES,
-            max_steps=measured_from + opts.steps, learning_rate=1e-3, logging_steps=1, report_to="none",
-            save_strategy="no", use_cpu=True, seed=0, temperature=1.0, gspo_diagnostics=diagnostics,
-            disable_tqdm=True, log_level="error",
+            output_dir=out,
+            per_device_train_batch_size=opts.batch_size,
+            num_generations=opts.num_generations,
+            max_completion_length=opts.max_completion_length,
+            num_minibatches=MINIBATCHES,
+            max_steps=measured_from + opts.steps,
+            learning_rate=1e-3,
+            logging_steps=1,
+            report_to="none",
+            save_strategy="no",
+            use_cpu=True,
+            seed=0,
+            temperature=1.0,
+            gspo_diagnostics=diagnostics,
+            disable_tqdm=True,
+            log_level="error",
         )
-        trainer = GSPOTrainer(model=model, reward_funcs=digit_count_reward, args=cfg, train_dataset=dataset,
-                              processing_class=tokenizer)
+        trainer = GSPOTrainer(
+            model=model, reward_funcs=digit_count_reward, args=cfg, train_dataset=dataset, processing_class=tokenizer
+        )
         trainer.remove_callback(PrinterCallback)  # disable_tqdm=True would print every log line
         clock, spent, spent_logging = StepClock(), [0.0, 0.0], [0.0, 0.0]
         trainer.add_callback(clock)
@@ -157,8 +169,15 @@ def train_once(diagnostics: bool, opts, measured_from: int) -> dict:
             for i, totals in ((0, spent), (2, spent_logging))
         )
         leftover = chunk_bytes(stats) if stats is not None else 0
-    return {"step": step, "per_step": per_step, "callbacks": callbacks, "logging": logging_, "held": held,
-            "leftover": leftover, "steps_total": measured_from + opts.steps}
+    return {
+        "step": step,
+        "per_step": per_step,
+        "callbacks": callbacks,
+        "logging": logging_,
+        "held": held,
+        "leftover": leftover,
+        "steps_total": measured_from + opts.steps,
+    }
 
 
 def synthetic_window_memory(lengths=(64, 1024, 16384), responses=512, micro_batch=16) -> list[tuple[int, int, int]]:
@@ -177,8 +196,10 @@ def synthetic_window_memory(lengths=(64, 1024, 16384), responses=512, micro_batc
 
 def format_row(row: dict) -> str:
     (wall_off, wall_on), (cpu_off, cpu_on), (cb_wall, cb_cpu) = row["wall"], row["cpu"], row["callbacks_ms"]
-    return (f"{wall_off:>10.4f} {wall_on:>10.4f} {wall_on / wall_off:>7.3f}   "
-            f"{cpu_off:>10.4f} {cpu_on:>10.4f} {cpu_on / cpu_off:>7.3f} {cb_wall:>9.2f} {cb_cpu:>8.2f}")
+    return (
+        f"{wall_off:>10.4f} {wall_on:>10.4f} {wall_on / wall_off:>7.3f}   "
+        f"{cpu_off:>10.4f} {cpu_on:>10.4f} {cpu_on / cpu_off:>7.3f} {cb_wall:>9.2f} {cb_cpu:>8.2f}"
+    )
 
 
 def main(argv=None) -> int:
@@ -198,14 +219,20 @@ def main(argv=None) -> int:
     logging.getLogger("gspo_recipes").setLevel(logging.ERROR)  # the health warnings are still checked, not printed
     measured_from = MINIBATCHES  # the first generation batch is warm-up
 
-    print(f"per_device_train_batch_size={opts.batch_size}, num_generations={opts.num_generations}, "
-          f"max_completion_length={opts.max_completion_length}, {MINIBATCHES} optimizer steps per generation batch, "
-          f"logging_steps=1, torch threads={opts.threads}; {opts.repeats} repeats x {opts.steps} measured steps "
-          f"(after {measured_from} warm-up steps) per arm\n")
-    print(f"{'':>15} {'-------- wall s/step --------':>30} {'-------- CPU s/step ---------':>32} "
-          f"{'callbacks ms/step':>18}")
-    print(f"{'repeat':>6} {'order':>8} {'without':>10} {'with':>10} {'ratio':>7}   {'without':>10} {'with':>10} "
-          f"{'ratio':>7} {'wall':>9} {'CPU':>8}")
+    print(
+        f"per_device_train_batch_size={opts.batch_size}, num_generations={opts.num_generations}, "
+        f"max_completion_length={opts.max_completion_length}, {MINIBATCHES} optimizer steps per generation batch, "
+        f"logging_steps=1, torch threads={opts.threads}; {opts.repeats} repeats x {opts.steps} measured steps "
+        f"(after {measured_from} warm-up steps) per arm\n"
+    )
+    print(
+        f"{'':>15} {'-------- wall s/step --------':>30} {'-------- CPU s/step ---------':>32} "
+        f"{'callbacks ms/step':>18}"
+    )
+    print(
+        f"{'repeat':>6} {'order':>8} {'without':>10} {'with':>10} {'ratio':>7}   {'without':>10} {'with':>10} "
+        f"{'ratio':>7} {'wall':>9} {'CPU':>8}"
+    )
     rows = []  # per repeat: (without, with) step seconds for wall and CPU, and the callbacks' own ms
     per_step = {True: [], False: []}  # per arm, per repeat: [(wall, CPU) of each measured step]
     for r in range(opts.repeats):
@@ -214,45 +241,64 @@ def main(argv=None) -> int:
         on, off = result[True], result[False]
         for diagnostics in (True, False):
             per_step[diagnostics].append(result[diagnostics]["per_step"])
-        rows.append({"wall": (off["step"][0], on["step"][0]), "cpu": (off["step"][1], on["step"][1]),
-                     "callbacks_ms": tuple(1e3 * t for t in on["callbacks"]),
-                     "logging_cpu": (off["logging"][1], on["logging"][1])})
+        rows.append(
+            {
+                "wall": (off["step"][0], on["step"][0]),
+                "cpu": (off["step"][1], on["step"][1]),
+                "callbacks_ms": tuple(1e3 * t for t in on["callbacks"]),
+                "logging_cpu": (off["logging"][1], on["logging"][1]),
+            }
+        )
         print(f"{r + 1:>6} {'on,off' if order[0] else 'off,on':>8} {format_row(rows[-1])}", flush=True)
-    median = {kind: tuple(statistics.median(row[kind][i] for row in rows) for i in (0, 1))
-              for kind in ("wall", "cpu", "callbacks_ms")}
+    median = {
+        kind: tuple(statistics.median(row[kind][i] for row in rows) for i in (0, 1))
+        for kind in ("wall", "cpu", "callbacks_ms")
+    }
     print(f"{'median':>15} {format_row(median)}")
     for kind in ("wall", "cpu"):
         ratios = [row[kind][1] / row[kind][0] for row in rows]
-        print(f"\n{kind} time per step, with / without callbacks: {median[kind][1] / median[kind][0]:.3f} (ratio of "
-              f"medians); per-repeat ratios: median {statistics.median(ratios):.3f}, "
-              f"range {min(ratios):.3f}-{max(ratios):.3f}")
+        print(
+            f"\n{kind} time per step, with / without callbacks: {median[kind][1] / median[kind][0]:.3f} (ratio of "
+            f"medians); per-repeat ratios: median {statistics.median(ratios):.3f}, "
+            f"range {min(ratios):.3f}-{max(ratios):.3f}"
+        )
     # Load from other processes only ever adds time: the fastest of the repeats at each step is the closest to the
     # step's own cost, and both arms run the very same steps (the callbacks do not change training).
     for i, kind in enumerate(("wall", "cpu")):
         best = {arm: sum(min(run[j][i] for run in per_step[arm]) for j in range(opts.steps)) for arm in (True, False)}
-        print(f"{kind} time, sum over steps of the fastest repeat of each step: without {best[False]:.3f} s, with "
-              f"{best[True]:.3f} s, ratio {best[True] / best[False]:.3f}")
-    print(f"\ntime inside the two callbacks' on_step_end: {median['callbacks_ms'][1]:.2f} ms CPU per step = "
-          f"{median['callbacks_ms'][1] / 1e3 / median['cpu'][0]:.2%} of a step's CPU time without them "
-          f"({median['callbacks_ms'][0]:.2f} ms wall)")
+        print(
+            f"{kind} time, sum over steps of the fastest repeat of each step: without {best[False]:.3f} s, with "
+            f"{best[True]:.3f} s, ratio {best[True] / best[False]:.3f}"
+        )
+    print(
+        f"\ntime inside the two callbacks' on_step_end: {median['callbacks_ms'][1]:.2f} ms CPU per step = "
+        f"{median['callbacks_ms'][1] / 1e3 / median['cpu'][0]:.2%} of a step's CPU time without them "
+        f"({median['callbacks_ms'][0]:.2f} ms wall)"
+    )
     log_ms = [statistics.median(1e3 * row["logging_cpu"][i] for row in rows) for i in (0, 1)]
-    print(f"Trainer.log (runs after on_step_end; the callbacks add their metrics to it): {log_ms[0]:.2f} ms CPU per "
-          f"step without them, {log_ms[1]:.2f} ms with them (+{(log_ms[1] - log_ms[0]) / 1e3 / median['cpu'][0]:.2%})")
+    print(
+        f"Trainer.log (runs after on_step_end; the callbacks add their metrics to it): {log_ms[0]:.2f} ms CPU per "
+        f"step without them, {log_ms[1]:.2f} ms with them (+{(log_ms[1] - log_ms[0]) / 1e3 / median['cpu'][0]:.2%})"
+    )
     added = (median["callbacks_ms"][1] + log_ms[1] - log_ms[0]) / 1e3 / median["cpu"][0]
     print(f"=> CPU time the callbacks add to a step, measured where it is spent: {added:.2%} (target: at most 2%)")
 
     print("\nMemory held by ResponseStats per logging window (run with the callbacks, every window):")
     sizes = {(n, b) for n, b, _ in on["held"]}
     for n, b in sorted(sizes):
-        print(f"  {n} responses -> {b} bytes of tensors = {b / max(n, 1):.0f} bytes per response "
-              f"({len(FIELDS)} float32 fields), over {max(c for _, _, c in on['held'])} micro-batch chunk(s)")
+        print(
+            f"  {n} responses -> {b} bytes of tensors = {b / max(n, 1):.0f} bytes per response "
+            f"({len(FIELDS)} float32 fields), over {max(c for _, _, c in on['held'])} micro-batch chunk(s)"
+        )
     print("Same number of responses, very different lengths (synthetic, 512 responses in 32 micro-batches):")
     for length, n, b in synthetic_window_memory():
         print(f"  length {length:>6}: {n} responses -> {b} bytes = {b / n:.0f} bytes per response")
     # GSPOTrainer creates no ResponseStats without a consumer: the arm without callbacks records nothing at all.
     held_without = "nothing (no ResponseStats)" if off["leftover"] == 0 else f"{off['leftover'][0]} responses"
-    print(f"Without the callbacks, after {off['steps_total']} steps the trainer holds {held_without}; with them it "
-          f"holds {on['leftover'][0]} responses between windows.")
+    print(
+        f"Without the callbacks, after {off['steps_total']} steps the trainer holds {held_without}; with them it "
+        f"holds {on['leftover'][0]} responses between windows."
+    )
     return 0
 
 

@@ -29,9 +29,9 @@ import statistics
 import time
 
 import torch
-from gspo_recipes.callbacks import RoutingVolatilityCallback
 
 from gspo_recipes import GSPOConfig, GSPOTrainer, _trl
+from gspo_recipes.callbacks import RoutingVolatilityCallback
 from gspo_recipes.coldstart import CHAT_TEMPLATE, encode_for_training, with_shortcuts
 from gspo_recipes.data.synthetic_gsm import extract_final_answer, is_correct, make_gsm_dataset, make_gsm_problems
 from gspo_recipes.moe import RouteRecorder, RoutingReplay, build_tiny_moe, completion_routes
@@ -315,7 +315,10 @@ def time_old_pass(trainer, record: bool) -> float:
         key: torch.cat([b[key] for b in trainer._buffered_inputs])
         for key in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")
     }
-    score = lambda: _trl.score_completions(trainer, trainer.model, batch, batch_size=16)
+
+    def score():
+        return _trl.score_completions(trainer, trainer.model, batch, batch_size=16)
+
     start = time.perf_counter()
     with torch.no_grad():
         trainer.routing_monitor.record_old_pass(score) if record else score()

@@ -29,10 +29,12 @@ from pathlib import Path
 import torch
 
 try:
-    from gspo_recipes.loss import grpo_token_loss as grpo_loss, gspo_loss
+    from gspo_recipes.loss import grpo_token_loss as grpo_loss
+    from gspo_recipes.loss import gspo_loss
 except ImportError:  # run from a checkout without installing the package
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from gspo_recipes.loss import grpo_token_loss as grpo_loss, gspo_loss
+    from gspo_recipes.loss import grpo_token_loss as grpo_loss
+    from gspo_recipes.loss import gspo_loss
 
 # GRPO's clip in the GSPO paper's baseline. GSPO's is the paper's (3e-4, 4e-4) scaled to this toy, whose per-token
 # drift between minibatches is far larger than in the paper's setting (the explainer's choice).
@@ -160,9 +162,7 @@ def format_tables(results, lengths, sigmas) -> str:
                 acc, sd = _mean_std([r.accuracy for r in runs])
                 first = sum(r.mean_clip_frac(slice(0, 1)) for r in runs) / len(runs)
                 later = sum(r.mean_clip_frac(slice(1, None)) for r in runs) / len(runs)
-                lines.append(
-                    f"{method:<6} {length:>4} {sigma:>6g} {acc:>9.3f} {sd:>7.3f} {first:>9.2%} {later:>11.2%}"
-                )
+                lines.append(f"{method:<6} {length:>4} {sigma:>6g} {acc:>9.3f} {sd:>7.3f} {first:>9.2%} {later:>11.2%}")
     lines += ["", "GSPO minus GRPO (paired by seed), and each method's loss of accuracy to the noise:"]
     lines.append(f"{'L':>4} {'sigma':>6} {'gap':>7} {'(sd)':>7} {'GRPO drop':>10} {'GSPO drop':>10}")
     for length in lengths:

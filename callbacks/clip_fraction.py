@@ -64,8 +64,11 @@ def clip_fractions(window: dict[str, torch.Tensor], buckets: list[tuple[int, int
             return {}
         low = window["clipped_low"][selected].sum().item() / count
         high = window["clipped_high"][selected].sum().item() / count
-        return {f"gspo/clip_frac{suffix}": low + high, f"gspo/clip_frac_low{suffix}": low,
-                f"gspo/clip_frac_high{suffix}": high}
+        return {
+            f"gspo/clip_frac{suffix}": low + high,
+            f"gspo/clip_frac_low{suffix}": low,
+            f"gspo/clip_frac_high{suffix}": high,
+        }
 
     metrics = fractions(torch.ones_like(window["log_s"], dtype=torch.bool), "")
     for lo, hi in buckets:

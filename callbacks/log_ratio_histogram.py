@@ -119,14 +119,16 @@ def diagnostics_line(step, window, selected, counts, edges, buckets, trainer) ->
     for lo, hi in buckets:
         in_bucket = (window["length"] >= lo) & (window["length"] <= hi)
         spread = window["log_s"][in_bucket & selected]
-        per_bucket.append({
-            "lo": lo,
-            "hi": hi,
-            "responses": int(in_bucket.sum()),
-            "clipped_low": int(window["clipped_low"][in_bucket].sum()),
-            "clipped_high": int(window["clipped_high"][in_bucket].sum()),
-            "log_s_std": spread.std(correction=0).item() if spread.numel() else None,
-        })
+        per_bucket.append(
+            {
+                "lo": lo,
+                "hi": hi,
+                "responses": int(in_bucket.sum()),
+                "clipped_low": int(window["clipped_low"][in_bucket].sum()),
+                "clipped_high": int(window["clipped_high"][in_bucket].sum()),
+                "log_s_std": spread.std(correction=0).item() if spread.numel() else None,
+            }
+        )
     per_minibatch = {}
     for k in sorted(set(window["minibatch"].long().tolist())):
         of_k = window["minibatch"] == k

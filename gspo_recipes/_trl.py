@@ -8,15 +8,15 @@ one test naming the method instead of training wrongly.
 
 Which feature needs which private hook of `GRPOTrainer`:
 
-| feature                                   | hooks                                                           |
-| ----------------------------------------- | --------------------------------------------------------------- |
-| GSPO loss, statistics, calibration (default) | `_compute_loss` (override), `_get_per_token_logps_and_entropies` (called), `_step`, `_metrics` |
-| diagnostics on a plain GRPOTrainer        | wraps that instance's `_compute_loss` and `_get_per_token_logps_and_entropies` |
-| `old_logps_source="sampler"`              | `_generate_and_score_completions`, `_generate_single_turn` (transformers) or `_generate` (vLLM), and answers the old-policy call of `_get_per_token_logps_and_entropies` |
-| sampler mismatch monitor                  | `_generate_and_score_completions`, `_generate_single_turn`, `_generate` |
-| vLLM geometric-mean IS weight             | `_generate_and_score_completions`                               |
-| MoE routing volatility, Routing Replay    | that instance's `_generate_and_score_completions`, `_get_per_token_logps_and_entropies`, |
-|                                           | `_prepare_inputs`, `training_step` (`attach_routing`); adds the batch key `old_routes`  |
+- GSPO loss, statistics, calibration (the default): `_compute_loss` (override), `_get_per_token_logps_and_entropies`
+  (called), `_step`, `_metrics`.
+- Diagnostics on a plain GRPOTrainer: wraps that instance's `_compute_loss` and `_get_per_token_logps_and_entropies`.
+- `old_logps_source="sampler"`: `_generate_and_score_completions`, `_generate_single_turn` (transformers) or
+  `_generate` (vLLM), and answers the old-policy call of `_get_per_token_logps_and_entropies`.
+- Sampler mismatch monitor: `_generate_and_score_completions`, `_generate_single_turn`, `_generate`.
+- vLLM geometric-mean importance-sampling weight: `_generate_and_score_completions`.
+- MoE routing volatility and Routing Replay (`attach_routing`): that instance's `_generate_and_score_completions`,
+  `_get_per_token_logps_and_entropies`, `_prepare_inputs`, `training_step`; adds the batch key `old_routes`.
 
 A default run (recompute, no vLLM) with `sampler_mismatch_steps=0` runs TRL's generation untouched; with the monitor
 on, the generation hooks only record (they never change what TRL computes).
@@ -50,11 +50,23 @@ PINNED_SIGNATURES = {
     "_generate_and_score_completions": ("self", "inputs"),
     "_generate": ("self", "prompts"),
     "_generate_single_turn": (
-        "self", "prompt_ids", "images", "multimodal_fields", "num_generations", "has_tool_images",
+        "self",
+        "prompt_ids",
+        "images",
+        "multimodal_fields",
+        "num_generations",
+        "has_tool_images",
     ),
     "_get_per_token_logps_and_entropies": (
-        "self", "model", "input_ids", "attention_mask", "logits_to_keep", "batch_size", "compute_entropy",
-        "compute_aux_loss", *MULTIMODAL_INPUTS,
+        "self",
+        "model",
+        "input_ids",
+        "attention_mask",
+        "logits_to_keep",
+        "batch_size",
+        "compute_entropy",
+        "compute_aux_loss",
+        *MULTIMODAL_INPUTS,
     ),
     "_prepare_inputs": ("self", "generation_batch"),
     "training_step": ("self", "model", "inputs", "num_items_in_batch"),
@@ -202,7 +214,7 @@ def attach_response_stats(trainer):
     return stats
 
 
-# ----------------------------------------------------------------------------------------- MoE routes (gspo_recipes.moe)
+# ---------------------------------------------------------------------------------------- MoE routes (gspo_recipes.moe)
 
 # Batch key under which the old-policy pass's routes travel: one row per response, so TRL's shuffle and split into
 # minibatches (`shuffle_sequence_dict`, `split_tensor_dict` in `_prepare_inputs`) carry them with the other rows.
@@ -275,7 +287,10 @@ def _wrap_for_routing(trainer, monitor) -> None:
             old_routes = batch.get(OLD_ROUTES_KEY)
             if old_routes is None and recomputes_old_logps(trainer):  # an old pass ran but was not recorded (sampler)
                 return get_logps(model, *args, **kwargs)
-            run = lambda: get_logps(model, *args, **kwargs)
+
+            def run():
+                return get_logps(model, *args, **kwargs)
+
             return monitor.score_current(run, old_routes, loss_mask(batch), minibatch_index(trainer))
         return get_logps(model, *args, **kwargs)
 

@@ -27,9 +27,15 @@ def clip_fraction_by_bucket(log_s, advantage_sign, lengths, eps_low, eps_high, b
     for lo, hi in buckets:
         in_bucket = (lengths >= lo) & (lengths <= hi)
         if in_bucket.any():
-            rows.append({"lo": lo, "hi": hi, "responses": int(in_bucket.sum()),
-                         "clip_low": _share(low, in_bucket & negative),
-                         "clip_high": _share(high, in_bucket & positive)})
+            rows.append(
+                {
+                    "lo": lo,
+                    "hi": hi,
+                    "responses": int(in_bucket.sum()),
+                    "clip_low": _share(low, in_bucket & negative),
+                    "clip_high": _share(high, in_bucket & positive),
+                }
+            )
     return rows
 
 
@@ -64,18 +70,24 @@ def yaml_snippet(eps_low: float, eps_high: float) -> str:
 def run(args) -> int:
     path = os.path.join(args.run_dir, DIAGNOSTICS_FILE)
     if not os.path.exists(path):
-        print(f"gspo calibrate: no {DIAGNOSTICS_FILE} in {args.run_dir}. GSPOTrainer writes it to its output_dir; on "
-              "a plain GRPOTrainer add gspo_recipes.callbacks.LogRatioHistogramCallback.")
+        print(
+            f"gspo calibrate: no {DIAGNOSTICS_FILE} in {args.run_dir}. GSPOTrainer writes it to its output_dir; on "
+            "a plain GRPOTrainer add gspo_recipes.callbacks.LogRatioHistogramCallback."
+        )
         return 2
     data = read_off_policy(path, args.max_step)
     if data["log_s"].numel() == 0:
-        print(f"gspo calibrate: {path} holds no off-policy responses (minibatches 2..k). Run with "
-              "steps_per_generation > gradient_accumulation_steps (GSPOConfig's default: 4 minibatches) for a few steps.")
+        print(
+            f"gspo calibrate: {path} holds no off-policy responses (minibatches 2..k). Run with "
+            "steps_per_generation > gradient_accumulation_steps (GSPOConfig's default: 4 minibatches) for a few steps."
+        )
         return 2
     eps_low, eps_high = calibrate_epsilons(data["log_s"], data["sign"], args.target_clip)
     n_pos, n_neg = int((data["sign"] > 0).sum()), int((data["sign"] < 0).sum())
-    print(f"Off-policy responses: {data['log_s'].numel()} ({n_pos} with A > 0, {n_neg} with A < 0) "
-          f"over steps {data['steps'][0]}-{data['steps'][-1]}")
+    print(
+        f"Off-policy responses: {data['log_s'].numel()} ({n_pos} with A > 0, {n_neg} with A < 0) "
+        f"over steps {data['steps'][0]}-{data['steps'][-1]}"
+    )
     quantiles = torch.quantile(data["log_s"], torch.tensor([0.05, 0.5, 0.95], dtype=torch.float64)).tolist()
     print(f"log s_i: p05 {quantiles[0]:.3g}  p50 {quantiles[1]:.3g}  p95 {quantiles[2]:.3g}")
     print(f"\nTarget: {args.target_clip:.0%} of the responses clipped on each side")
@@ -85,22 +97,31 @@ def run(args) -> int:
         if math.isnan(value):
             print(f"  No responses with {'A < 0' if side == 'low' else 'A > 0'}: epsilon_{side} cannot be calibrated.")
         elif value == 0.0:
-            print(f"  epsilon_{side} = 0: log s_i moved the other way, so this side clips less than the target even "
-                  "at 0.")
+            print(
+                f"  epsilon_{side} = 0: log s_i moved the other way, so this side clips less than the target even at 0."
+            )
         elif count < 50:
             print(f"  Only {count} responses inform epsilon_{side}: run longer for a steadier value.")
-    print("\nClip fraction per length bucket with these values (and with the run's own range), per side as a share "
-          "of the responses that side can clip:")
+    print(
+        "\nClip fraction per length bucket with these values (and with the run's own range), per side as a share "
+        "of the responses that side can clip:"
+    )
     run_low, run_high = data["epsilons"]
-    now = {(r["lo"], r["hi"]): r for r in clip_fraction_by_bucket(
-        data["log_s"], data["sign"], data["length"], run_low, run_high, data["buckets"])}
+    now = {
+        (r["lo"], r["hi"]): r
+        for r in clip_fraction_by_bucket(
+            data["log_s"], data["sign"], data["length"], run_low, run_high, data["buckets"]
+        )
+    }
     print(f"  {'length':>12} {'responses':>10} {'low':>7} {'high':>7}   {'run low':>8} {'run high':>8}")
     for row in clip_fraction_by_bucket(
         data["log_s"], data["sign"], data["length"], _zero_nan(eps_low), _zero_nan(eps_high), data["buckets"]
     ):
         before = now[(row["lo"], row["hi"])]
-        print(f"  {row['lo']:>5}-{row['hi']:<6} {row['responses']:>10} {row['clip_low']:>7.1%} {row['clip_high']:>7.1%}"
-              f"   {before['clip_low']:>8.1%} {before['clip_high']:>8.1%}")
+        print(
+            f"  {row['lo']:>5}-{row['hi']:<6} {row['responses']:>10} {row['clip_low']:>7.1%} {row['clip_high']:>7.1%}"
+            f"   {before['clip_low']:>8.1%} {before['clip_high']:>8.1%}"
+        )
     print("\nPaste into your recipe config (YAML):\n")
     print(yaml_snippet(_zero_nan(eps_low, run_low), _zero_nan(eps_high, run_high)))
     return 0
@@ -115,7 +136,8 @@ def register(subparsers) -> None:
         "and a YAML snippet.",
     )
     parser.add_argument("run_dir", metavar="RUN_DIR", help="the output_dir of a GSPO run")
-    parser.add_argument("--target-clip", type=float, default=0.1,
-                        help="fraction of responses to clip on each side (default 0.1)")
+    parser.add_argument(
+        "--target-clip", type=float, default=0.1, help="fraction of responses to clip on each side (default 0.1)"
+    )
     parser.add_argument("--max-step", type=int, default=None, help="use only the logging steps up to this one")
     parser.set_defaults(func=run)

@@ -22,7 +22,8 @@ def calibrate_epsilons(log_s: torch.Tensor, advantage_sign: torch.Tensor, target
     """(epsilon_low, epsilon_high) that clip `target_clip` of the negative- and of the positive-advantage responses.
 
     High side: s_i > 1 + epsilon_high for a fraction `target_clip` of the responses with A > 0, so
-    1 + epsilon_high = exp(quantile_{1 - target}(log s | A > 0)). Low side likewise with quantile_{target}(log s | A < 0).
+    1 + epsilon_high = exp(quantile_{1 - target}(log s | A > 0)). Low side likewise with
+    quantile_{target}(log s | A < 0).
     A side whose quantile lies on the wrong side of 0 (the policy moved the other way) gets epsilon 0: even the
     tightest range clips fewer than the target there. A side with no responses keeps `nan`.
     """
@@ -30,7 +31,9 @@ def calibrate_epsilons(log_s: torch.Tensor, advantage_sign: torch.Tensor, target
         raise ValueError(f"target_clip must lie strictly between 0 and 1, got {target_clip}")
     log_s = log_s.double()
     positive, negative = log_s[advantage_sign > 0], log_s[advantage_sign < 0]
-    eps_high = math.expm1(max(torch.quantile(positive, 1.0 - target_clip).item(), 0.0)) if positive.numel() else math.nan
+    eps_high = (
+        math.expm1(max(torch.quantile(positive, 1.0 - target_clip).item(), 0.0)) if positive.numel() else math.nan
+    )
     eps_low = -math.expm1(min(torch.quantile(negative, target_clip).item(), 0.0)) if negative.numel() else math.nan
     return eps_low, eps_high
 
@@ -80,8 +83,13 @@ class EpsilonCalibration:
         values = self._all_samples(accelerator) if not self.done else torch.zeros(2, 0)
         if not write:
             return
-        state = {"steps": self.steps, "target_clip": self.target_clip, "epsilons": self.epsilons,
-                 "log_s": values[0].tolist(), "sign": [int(v) for v in values[1].tolist()]}
+        state = {
+            "steps": self.steps,
+            "target_clip": self.target_clip,
+            "epsilons": self.epsilons,
+            "log_s": values[0].tolist(),
+            "sign": [int(v) for v in values[1].tolist()],
+        }
         with open(os.path.join(folder, self.STATE_FILE), "w") as f:
             json.dump(state, f)
 

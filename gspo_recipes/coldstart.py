@@ -28,9 +28,9 @@ import random
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
 
 import torch
 from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM

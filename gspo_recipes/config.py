@@ -325,8 +325,10 @@ def from_grpo_config(args: GRPOConfig) -> GSPOConfig:
         args.per_device_train_batch_size * args.gradient_accumulation_steps * world
     ):  # TRL derived both from the batch size: one optimizer step per generation batch
         values["steps_per_generation"] = None
-        changed.append(f"steps_per_generation -> num_minibatches ({gspo_defaults['num_minibatches']}) x "
-                       "gradient_accumulation_steps")
+        changed.append(
+            f"steps_per_generation -> num_minibatches ({gspo_defaults['num_minibatches']}) x "
+            "gradient_accumulation_steps"
+        )
     values["generation_batch_size"] = None  # derived by TRL from steps_per_generation (it refuses both set)
     values = {name: value for name, value in values.items() if name in {f.name for f in fields(GSPOConfig)}}
     converted = GSPOConfig(**values)

@@ -43,7 +43,9 @@ class HealthWarnings:
         if not later.any():
             return
         positive, negative = later & (window["advantage"] > 0), later & (window["advantage"] < 0)
-        self.quiet_windows = self.quiet_windows + 1 if (window["clipped_low"] + window["clipped_high"])[later].sum() == 0 else 0
+        self.quiet_windows = (
+            self.quiet_windows + 1 if (window["clipped_low"] + window["clipped_high"])[later].sum() == 0 else 0
+        )
         self._set(
             "never_clips",
             self.quiet_windows >= self.quiet_steps,
@@ -53,8 +55,15 @@ class HealthWarnings:
         )
         # The shares are judged over at least `min_responses` responses per side, pooled across logging steps:
         # a handful of responses (logging every step of a small run) would make them flip back and forth.
-        counts = torch.tensor([positive.sum(), window["clipped_high"][positive].sum(),
-                               negative.sum(), window["clipped_low"][negative].sum()], dtype=torch.float64)
+        counts = torch.tensor(
+            [
+                positive.sum(),
+                window["clipped_high"][positive].sum(),
+                negative.sum(),
+                window["clipped_low"][negative].sum(),
+            ],
+            dtype=torch.float64,
+        )
         self.pending = counts if self.pending is None else self.pending + counts
         if min(self.pending[0], self.pending[2]) < self.min_responses:
             return
@@ -76,5 +85,3 @@ class HealthWarnings:
             "sampler's and the trainer's log-probabilities. Fix: recompute the old log-probabilities "
             "(old_logps_source='recompute') or compare both sources before trusting the clip.",
         )
-
-

@@ -25,8 +25,10 @@ class RecipeArguments(ScriptArguments):
 
     reward_funcs: list[str] = field(
         default_factory=list,
-        metadata={"help": "Reward functions by registry name (gsm8k_accuracy, format, ...) or module:function. "
-                          "Empty: the recipe's default."},
+        metadata={
+            "help": "Reward functions by registry name (gsm8k_accuracy, format, ...) or module:function. "
+            "Empty: the recipe's default."
+        },
     )
     system_prompt: str | None = field(
         default=None, metadata={"help": "System prompt for chat models. None: the recipe's default."}
@@ -36,13 +38,17 @@ class RecipeArguments(ScriptArguments):
     )
     column_map: list[str] = field(
         default_factory=list,
-        metadata={"help": "Rename dataset columns to the names the recipe reads, as NEEDED=YOURS pairs: "
-                          "--column_map question=problem_text answer=label"},
+        metadata={
+            "help": "Rename dataset columns to the names the recipe reads, as NEEDED=YOURS pairs: "
+            "--column_map question=problem_text answer=label"
+        },
     )
     use_chat_template: bool = field(
         default=True,
-        metadata={"help": "Send prompts as chat messages (with system_prompt) when the tokenizer has a chat "
-                          "template; False sends plain text."},
+        metadata={
+            "help": "Send prompts as chat messages (with system_prompt) when the tokenizer has a chat "
+            "template; False sends plain text."
+        },
     )
 
 
@@ -103,8 +109,10 @@ def map_columns(dataset, column_map: list[str]):
         if not sep or not needed or not yours:
             raise SystemExit(f"error: --column_map takes NEEDED=YOURS pairs, got '{pair}'")
         if yours not in dataset.column_names:
-            raise SystemExit(f"error: --column_map {pair}: the dataset has no column '{yours}'. "
-                             f"Columns present: {list(dataset.column_names)}.")
+            raise SystemExit(
+                f"error: --column_map {pair}: the dataset has no column '{yours}'. "
+                f"Columns present: {list(dataset.column_names)}."
+            )
         renames[yours] = needed
     clashes = [needed for yours, needed in renames.items() if needed in dataset.column_names and needed != yours]
     return dataset.remove_columns(clashes).rename_columns(renames) if renames else dataset
@@ -156,7 +164,9 @@ def model_and_tokenizer(model_args: ModelConfig, training_args: GSPOConfig):
     }
     training_args.model_init_kwargs = {**init_kwargs, **(training_args.model_init_kwargs or {})}
     tokenizer = AutoTokenizer.from_pretrained(
-        model_args.model_name_or_path, revision=model_args.model_revision, padding_side="left",
+        model_args.model_name_or_path,
+        revision=model_args.model_revision,
+        padding_side="left",
         trust_remote_code=training_args.trust_remote_code,
     )
     if tokenizer.pad_token is None:
@@ -185,14 +195,17 @@ def reward_trend(log_history: list[dict]) -> str:
         return f"reward over {len(rewards)} logged steps: {rewards}"
     fifth = len(rewards) // 5
     first, last = sum(rewards[:fifth]) / fifth, sum(rewards[-fifth:]) / fifth
-    return f"reward: first fifth {first:.3f} -> last fifth {last:.3f} ({last - first:+.3f}) over {len(rewards)} logged steps"
+    change = f"{last - first:+.3f}"
+    return f"reward: first fifth {first:.3f} -> last fifth {last:.3f} ({change}) over {len(rewards)} logged steps"
 
 
 def end_banner(output_dir: str, log_history: list[dict]) -> None:
-    banner([
-        reward_trend(log_history),
-        f"Done. Logs and checkpoints: {output_dir}",
-        f"  diagnostics: {diagnostics_path(output_dir)}",
-        f"  figures:     gspo report {output_dir}   (writes PNGs and gspo_report.txt next to the logs)",
-        f"  clip range:  gspo calibrate {output_dir} --target-clip 0.1",
-    ])
+    banner(
+        [
+            reward_trend(log_history),
+            f"Done. Logs and checkpoints: {output_dir}",
+            f"  diagnostics: {diagnostics_path(output_dir)}",
+            f"  figures:     gspo report {output_dir}   (writes PNGs and gspo_report.txt next to the logs)",
+            f"  clip range:  gspo calibrate {output_dir} --target-clip 0.1",
+        ]
+    )

@@ -24,6 +24,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from .diagnostics_file import DIAGNOSTICS_FILE, read_diagnostics
+from .report_figures import plot_clip_fractions, plot_heatmap, plot_reward, plot_spread
 from .report_routing import ROUTING_FIGURE, plot_routing, routing_summary
 
 STATE_FILE = "trainer_state.json"
@@ -77,13 +78,19 @@ def clip_fraction_series(lines: list[dict]) -> dict[str, dict[str, np.ndarray]]:
 
     for line in lines:
         for bucket in line["buckets"]:
-            add(f"{bucket['lo']}-{bucket['hi']}", line["step"], bucket["responses"], bucket["clipped_low"],
-                bucket["clipped_high"])
+            add(
+                f"{bucket['lo']}-{bucket['hi']}",
+                line["step"],
+                bucket["responses"],
+                bucket["clipped_low"],
+                bucket["clipped_high"],
+            )
         per_k = line["minibatches"].values()
         low, high = sum(m["clipped_low"] for m in per_k), sum(m["clipped_high"] for m in per_k)
         add("all", line["step"], line["responses"], low, high)
-    return {name: {key: np.asarray(values, dtype=float) for key, values in entry.items()}
-            for name, entry in series.items()}
+    return {
+        name: {key: np.asarray(values, dtype=float) for key, values in entry.items()} for name, entry in series.items()
+    }
 
 
 def common_grid_histogram(lines: list[dict], bins: int = 60) -> tuple[list[int], np.ndarray, np.ndarray]:
@@ -133,8 +140,15 @@ def spread_by_length(lines: list[dict]) -> list[dict]:
                 squares += float(((values - values.mean()) ** 2).sum())
                 dof += len(values) - 1
         if dof:
-            pooled.append({"lo": lo, "hi": hi, "mean_length": float(np.mean(lengths)),
-                           "std": math.sqrt(squares / dof), "values": len(lengths)})
+            pooled.append(
+                {
+                    "lo": lo,
+                    "hi": hi,
+                    "mean_length": float(np.mean(lengths)),
+                    "std": math.sqrt(squares / dof),
+                    "values": len(lengths),
+                }
+            )
     return pooled
 
 
@@ -152,8 +166,9 @@ def learning_rates_by_step(log_history: list[dict]) -> dict[int, float]:
     return {e["step"]: e["learning_rate"] for e in log_history if "step" in e and "learning_rate" in e}
 
 
-def health_warnings(lines: list[dict], learning_rates: dict[int, float] | None = None,
-                    quiet_steps: int = 20) -> list[dict]:
+def health_warnings(
+    lines: list[dict], learning_rates: dict[int, float] | None = None, quiet_steps: int = 20
+) -> list[dict]:
     """The callback's health warnings, replayed over the recorded off-policy responses: {step, kind, message}.
 
     Clips are recomputed from the rounded log s_i and the line's epsilons (high: s_i > 1 + epsilon_high with A > 0;
@@ -188,8 +203,9 @@ def health_warnings(lines: list[dict], learning_rates: dict[int, float] | None =
                 "clipped_high": clipped_high.double(),
                 "minibatch": torch.full_like(log_s, 2.0),
             }
-            args = SimpleNamespace(epsilon_high=line["epsilon_high"],
-                                   learning_rate=learning_rates.get(line["step"], "unknown"))
+            args = SimpleNamespace(
+                epsilon_high=line["epsilon_high"], learning_rate=learning_rates.get(line["step"], "unknown")
+            )
             before = len(health.history)
             health.check_window(window, args)
             found += [{"step": line["step"], **w} for w in health.history[before:]]
@@ -201,8 +217,9 @@ def health_warnings(lines: list[dict], learning_rates: dict[int, float] | None =
 # ---------------------------------------------------------------------------------------------------------- summary
 
 
-def summarize(run_dir: str, lines: list[dict], warnings: list[dict], spread: list[dict], figures: list[str],
-              notes: list[str]) -> str:
+def summarize(
+    run_dir: str, lines: list[dict], warnings: list[dict], spread: list[dict], figures: list[str], notes: list[str]
+) -> str:
     steps = [line["step"] for line in lines]
     responses = sum(line["responses"] for line in lines)
     per_k: dict[int, list[int]] = {}
@@ -215,22 +232,30 @@ def summarize(run_dir: str, lines: list[dict], warnings: list[dict], spread: lis
     low, high = sum(t[1] for t in per_k.values()), sum(t[2] for t in per_k.values())
     eps = {(line["epsilon_low"], line["epsilon_high"]) for line in lines}
     out = [f"GSPO report: {run_dir}"]
-    out.append(f"steps {steps[0]}-{steps[-1]} ({len(lines)} logged windows), {responses} responses; clip range "
-               + ", ".join(f"[1 - {lo:g}, 1 + {hi:g}]" for lo, hi in sorted(eps)))
+    out.append(
+        f"steps {steps[0]}-{steps[-1]} ({len(lines)} logged windows), {responses} responses; clip range "
+        + ", ".join(f"[1 - {lo:g}, 1 + {hi:g}]" for lo, hi in sorted(eps))
+    )
     if responses:
         out.append(f"clip fraction: low {low / responses:.1%}, high {high / responses:.1%} of all responses")
     out.append("clip fraction by minibatch (1 is on-policy):")
     for k, (n, lo_k, hi_k) in sorted(per_k.items()):
-        out.append(f"  {k}: {(lo_k + hi_k) / max(n, 1):.1%} (low {lo_k / max(n, 1):.1%}, high {hi_k / max(n, 1):.1%})"
-                   f" of {n} responses")
+        out.append(
+            f"  {k}: {(lo_k + hi_k) / max(n, 1):.1%} (low {lo_k / max(n, 1):.1%}, high {hi_k / max(n, 1):.1%})"
+            f" of {n} responses"
+        )
     values = np.array([v for line in lines for v in line["off_policy"]["log_s"]])
     if values.size:
         p05, p50, p95 = np.quantile(values, [0.05, 0.5, 0.95])
-        out.append(f"log s_i over {values.size} off-policy responses: mean {values.mean():.3g}, "
-                   f"std {values.std():.3g}, p05 {p05:.3g}, median {p50:.3g}, p95 {p95:.3g}")
+        out.append(
+            f"log s_i over {values.size} off-policy responses: mean {values.mean():.3g}, "
+            f"std {values.std():.3g}, p05 {p05:.3g}, median {p50:.3g}, p95 {p95:.3g}"
+        )
         for p in spread:
-            out.append(f"  length {p['lo']}-{p['hi']}: std {p['std']:.3g} (pooled within steps) over {p['values']} "
-                       f"responses, mean length {p['mean_length']:.1f}")
+            out.append(
+                f"  length {p['lo']}-{p['hi']}: std {p['std']:.3g} (pooled within steps) over {p['values']} "
+                f"responses, mean length {p['mean_length']:.1f}"
+            )
         c = fit_inverse_sqrt(spread)
         if c is not None:
             out.append(f"  fitted std = {c:.3g} / sqrt(L)")
@@ -244,99 +269,6 @@ def summarize(run_dir: str, lines: list[dict], warnings: list[dict], spread: lis
     return "\n".join(out)
 
 
-# ---------------------------------------------------------------------------------------------------------- figures
-
-
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only: no display needed
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def plot_clip_fractions(series, path: str) -> None:
-    plt = _pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
-    for ax, side, rule in zip(axes, ("low", "high"), ("s_i < 1 - eps_low, A < 0", "s_i > 1 + eps_high, A > 0")):
-        for name, entry in series.items():
-            if name == "all":
-                ax.plot(entry["steps"], entry[side], "k--", lw=1.5, label="all lengths")
-            elif not np.all(np.isnan(entry[side])):
-                ax.plot(entry["steps"], entry[side], "o-", ms=3, label=f"length {name}")
-        ax.set(title=f"clipped {side} ({rule})", xlabel="step", ylim=(-0.02, 1.02))
-    axes[0].set_ylabel("fraction of responses in the bucket")
-    axes[1].legend(fontsize=8)
-    _save(fig, plt, path)
-
-
-def plot_heatmap(steps, grid, shares, lines, path: str) -> None:
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    if steps:
-        centres = np.asarray(steps, dtype=float)
-        gaps = np.diff(centres) if len(centres) > 1 else np.ones(1)
-        x_edges = np.concatenate([[centres[0] - gaps[0] / 2], (centres[:-1] + centres[1:]) / 2,
-                                  [centres[-1] + gaps[-1] / 2]])
-        empty = np.isnan(shares) | (shares == 0)  # white: no response there, or an on-policy window
-        mesh = ax.pcolormesh(x_edges, grid, np.ma.masked_where(empty, shares), cmap="viridis", shading="flat")
-        fig.colorbar(mesh, ax=ax, label="share of the step's off-policy responses")
-        for key, sign, name in (("epsilon_low", -1, "log(1 - eps_low)"), ("epsilon_high", 1, "log(1 + eps_high)")):
-            ax.plot([line["step"] for line in lines], [math.log1p(sign * line[key]) for line in lines], "r-", lw=0.8,
-                    label=name)
-        ax.legend(fontsize=8, loc="upper right")
-    else:
-        ax.text(0.5, 0.5, "no off-policy responses: every window was on-policy", ha="center", transform=ax.transAxes)
-    ax.set(xlabel="step", ylabel="log $s_i$", title="log $s_i$ over steps (re-binned onto a common grid)")
-    _save(fig, plt, path)
-
-
-def plot_spread(spread, path: str) -> None:
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(6, 4.5))
-    points = [p for p in spread if p["std"] > 0]
-    c = fit_inverse_sqrt(points)
-    if points:
-        lengths = np.array([p["mean_length"] for p in points])
-        ax.loglog(lengths, [p["std"] for p in points], "o", label="std of log $s_i$ per length bucket")
-        for p in points:
-            ax.annotate(f"n={p['values']}", (p["mean_length"], p["std"]), textcoords="offset points", xytext=(4, 4),
-                        fontsize=7)
-        span = np.geomspace(max(1.0, lengths.min() / 2), lengths.max() * 2, 50)
-        ax.loglog(span, c / np.sqrt(span), "k--", label=f"{c:.3g} / sqrt(L) (fitted)")
-        ax.legend(fontsize=8)
-    else:
-        ax.text(0.5, 0.5, "no off-policy spread to show", ha="center", transform=ax.transAxes)
-    ax.set(xlabel="response length L (mean in bucket, tokens)", ylabel="std of log $s_i$ (pooled within steps)",
-           title="spread of log $s_i$ against length")
-    _save(fig, plt, path)
-
-
-def plot_reward(log_history: list[dict], path: str) -> bool:
-    entries = [e for e in log_history if "reward" in e and "step" in e]
-    if not entries:
-        return False
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4))
-    steps = np.array([e["step"] for e in entries])
-    reward = np.array([e["reward"] for e in entries])
-    ax.plot(steps, reward, "o-", ms=3, label="mean reward")
-    if all("reward_std" in e for e in entries):
-        std = np.array([e["reward_std"] for e in entries])
-        ax.fill_between(steps, reward - std, reward + std, alpha=0.2, label="± std over the batch")
-    ax.set(xlabel="step", ylabel="reward", title="reward over steps")
-    ax.legend(fontsize=8)
-    _save(fig, plt, path)
-    return True
-
-
-def _save(fig, plt, path: str) -> None:
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
 # ---------------------------------------------------------------------------------------------------------- command
 
 
@@ -346,15 +278,19 @@ def report(run_dir: str, bins: int = 60, quiet_steps: int = 20) -> int:
     path = os.path.join(run_dir, DIAGNOSTICS_FILE)
     if not os.path.isfile(path):
         missing = "no such directory" if not os.path.isdir(run_dir) else f"no {DIAGNOSTICS_FILE} there"
-        print(f"gspo report: looked for {path}: {missing}. GSPOTrainer writes {DIAGNOSTICS_FILE} into its "
-              "output_dir (with gspo_diagnostics=True, the default); for a plain GRPOTrainer add "
-              "ClipFractionByLengthCallback and LogRatioHistogramCallback from gspo_recipes.callbacks.",
-              file=sys.stderr)
+        print(
+            f"gspo report: looked for {path}: {missing}. GSPOTrainer writes {DIAGNOSTICS_FILE} into its "
+            "output_dir (with gspo_diagnostics=True, the default); for a plain GRPOTrainer add "
+            "ClipFractionByLengthCallback and LogRatioHistogramCallback from gspo_recipes.callbacks.",
+            file=sys.stderr,
+        )
         return 2
     lines = read_diagnostics(path)
     if not lines:
-        print(f"gspo report: {path} holds no diagnostics lines yet (they are written at each logging step).",
-              file=sys.stderr)
+        print(
+            f"gspo report: {path} holds no diagnostics lines yet (they are written at each logging step).",
+            file=sys.stderr,
+        )
         return 2
     state = find_trainer_state(run_dir)
     log_history = read_log_history(state) if state else []
@@ -372,7 +308,7 @@ def report(run_dir: str, bins: int = 60, quiet_steps: int = 20) -> int:
         target = {key: os.path.join(run_dir, name) for key, name in FIGURES.items()}
         plot_clip_fractions(clip_fraction_series(lines), target["clip"])
         plot_heatmap(*common_grid_histogram(lines, bins), lines, target["heatmap"])
-        plot_spread(spread, target["spread"])
+        plot_spread(spread, target["spread"], fit_inverse_sqrt([p for p in spread if p["std"] > 0]))
         figures = [target["clip"], target["heatmap"], target["spread"]]
         if plot_reward(log_history, target["reward"]):
             figures.append(target["reward"])
@@ -381,9 +317,11 @@ def report(run_dir: str, bins: int = 60, quiet_steps: int = 20) -> int:
         if plot_routing(lines, os.path.join(run_dir, ROUTING_FIGURE)):  # MoE runs only
             figures.append(os.path.join(run_dir, ROUTING_FIGURE))
     if not state:
-        notes.append(f"reward figure skipped: no {STATE_FILE} in {run_dir} or its checkpoint-* folders (the "
-                     "Trainer writes it with each checkpoint, or call trainer.save_state()); the health warnings "
-                     "show the learning rate as unknown")
+        notes.append(
+            f"reward figure skipped: no {STATE_FILE} in {run_dir} or its checkpoint-* folders (the "
+            "Trainer writes it with each checkpoint, or call trainer.save_state()); the health warnings "
+            "show the learning rate as unknown"
+        )
     summary = summarize(run_dir, lines, warnings, spread, figures, routing_summary(lines) + notes)
     summary_path = os.path.join(run_dir, SUMMARY_FILE)
     with open(summary_path, "w") as f:
@@ -406,7 +344,11 @@ def register(subparsers) -> argparse.ArgumentParser:
     )
     parser.add_argument("run_dir", metavar="RUN_DIR", help="the run's output_dir, holding gspo_diagnostics.jsonl")
     parser.add_argument("--bins", type=int, default=60, help="bins of the common grid of the log s_i heat map")
-    parser.add_argument("--quiet-steps", type=int, default=20,
-                        help="windows that clip nothing before the 'trust region does nothing' warning")
+    parser.add_argument(
+        "--quiet-steps",
+        type=int,
+        default=20,
+        help="windows that clip nothing before the 'trust region does nothing' warning",
+    )
     parser.set_defaults(func=run)
     return parser

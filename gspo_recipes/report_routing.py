@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .report_figures import pyplot, save
+
 ROUTING_FIGURE = "gspo_routing.png"
 
 
@@ -54,11 +56,7 @@ def plot_routing(lines: list[dict], path: str) -> bool:
     lines = routing_lines(lines)
     if not lines:
         return False
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
     for k, (steps, shares) in routing_series(lines).items():
         left.plot(steps, 100 * np.asarray(shares), "o-", ms=3, label=f"minibatch {k}" + (" (on-policy)" * (k == 1)))
@@ -79,7 +77,5 @@ def plot_routing(lines: list[dict], path: str) -> bool:
         fig.colorbar(mesh, ax=right, label="% of the layer's expert sets changed")
         right.set_yticks(range(grid.shape[0]))
     right.set(xlabel="step", ylabel="MoE layer", title="routing change per layer (all minibatches of the window)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, plt, path)
     return True

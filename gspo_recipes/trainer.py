@@ -125,13 +125,19 @@ class GSPOTrainer(GRPOTrainer):
         logger.warning(
             "Calibrated the clip range after %d optimizer steps to clip %.0f%% of the off-policy responses per side: "
             "epsilon=%.3g, epsilon_high=%.3g (was %.3g, %.3g).",
-            self.state.global_step, 100 * self.calibration.target_clip, self.epsilon_low, self.epsilon_high, *current,
+            self.state.global_step,
+            100 * self.calibration.target_clip,
+            self.epsilon_low,
+            self.epsilon_high,
+            *current,
         )
 
     def _save_checkpoint(self, model, trial):
         super()._save_checkpoint(model, trial)
         if self.calibration is not None:  # every process: the samples of all of them are saved
-            folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+            folder = os.path.join(
+                self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+            )
             self.calibration.save(folder, self.accelerator, write=self.args.should_save)
 
     def _load_optimizer_and_scheduler(self, checkpoint):

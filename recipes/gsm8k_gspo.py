@@ -2,7 +2,8 @@
 
     accelerate launch recipes/gsm8k_gspo.py                                          # embedded default: CPU, offline
     accelerate launch recipes/gsm8k_gspo.py --config recipes/configs/gsm8k_gspo.yaml  # the real recipe (GPUs)
-    accelerate launch recipes/gsm8k_gspo.py --model_name_or_path Qwen/Qwen2.5-0.5B-Instruct --dataset_name openai/gsm8k --dataset_config main
+    accelerate launch recipes/gsm8k_gspo.py --model_name_or_path Qwen/Qwen2.5-0.5B-Instruct \
+        --dataset_name openai/gsm8k --dataset_config main
 
 With no arguments it runs offline on a CPU in a few minutes: recipes/configs/gsm8k_gspo_offline.yaml names a tiny
 character-level model that the project trains itself on generated word problems (`builtin:coldstart-gsm8k`, the

@@ -10,8 +10,8 @@ import sys
 
 import pytest
 import torch
-
 from conftest import digit_count_reward, tiny_config
+
 from gspo_recipes import GSPOTrainer
 from gspo_recipes.calibrate import calibrate_epsilons
 from gspo_recipes.cli import main as gspo
@@ -24,9 +24,17 @@ def write_diagnostics(folder, lines):
 
 
 def crafted_line(step, log_s, signs, lengths):
-    return {"step": step, "epsilon_low": 3e-4, "epsilon_high": 4e-4, "responses": len(log_s), "bin_edges": [],
-            "counts": [], "buckets": [{"lo": 1, "hi": 8}, {"lo": 9, "hi": 16}], "minibatches": {},
-            "off_policy": {"log_s": log_s, "advantage_sign": signs, "length": lengths}}
+    return {
+        "step": step,
+        "epsilon_low": 3e-4,
+        "epsilon_high": 4e-4,
+        "responses": len(log_s),
+        "bin_edges": [],
+        "counts": [],
+        "buckets": [{"lo": 1, "hi": 8}, {"lo": 9, "hi": 16}],
+        "minibatches": {},
+        "off_policy": {"log_s": log_s, "advantage_sign": signs, "length": lengths},
+    }
 
 
 # Positive-advantage responses have log s = 1e-4 .. 1e-2, negative ones -1e-4 .. -1e-2, spread over two steps.
@@ -58,11 +66,14 @@ def test_a_side_that_moved_the_other_way_gets_zero():
 
 def test_calibrate_command_on_a_crafted_file(tmp_path, capsys):
     lengths = [4 if i % 2 else 12 for i in range(100)]
-    write_diagnostics(tmp_path, [
-        crafted_line(1, [], [], []),  # an on-policy step contributes nothing
-        crafted_line(2, POSITIVE[:50] + NEGATIVE[:50], [1] * 50 + [-1] * 50, lengths),
-        crafted_line(3, POSITIVE[50:] + NEGATIVE[50:], [1] * 50 + [-1] * 50, lengths),
-    ])
+    write_diagnostics(
+        tmp_path,
+        [
+            crafted_line(1, [], [], []),  # an on-policy step contributes nothing
+            crafted_line(2, POSITIVE[:50] + NEGATIVE[:50], [1] * 50 + [-1] * 50, lengths),
+            crafted_line(3, POSITIVE[50:] + NEGATIVE[50:], [1] * 50 + [-1] * 50, lengths),
+        ],
+    )
     assert gspo(["calibrate", str(tmp_path), "--target-clip", "0.1"]) == 0
     out = capsys.readouterr().out
     assert f"epsilon_high = {EXPECTED_HIGH:.3g}" in out and f"epsilon_low  = {EXPECTED_LOW:.3g}" in out
@@ -95,15 +106,26 @@ def calibrating_trainer(output_dir, max_steps):
 
     model, tokenizer = build_tiny_model_and_tokenizer()
     dataset = Dataset.from_list([{"prompt": f"{a}+{b}="} for a in range(4) for b in range(4)])
-    cfg = tiny_config(output_dir, max_steps=max_steps, epsilon_calibration_steps=4, epsilon_target_clip=0.2,
-                      save_strategy="steps", save_steps=4, gspo_diagnostics=False)
-    return GSPOTrainer(model=model, reward_funcs=digit_count_reward, args=cfg, train_dataset=dataset,
-                       processing_class=tokenizer)
+    cfg = tiny_config(
+        output_dir,
+        max_steps=max_steps,
+        epsilon_calibration_steps=4,
+        epsilon_target_clip=0.2,
+        save_strategy="steps",
+        save_steps=4,
+        gspo_diagnostics=False,
+    )
+    return GSPOTrainer(
+        model=model, reward_funcs=digit_count_reward, args=cfg, train_dataset=dataset, processing_class=tokenizer
+    )
 
 
 def logged_epsilons(trainer):
-    return [(e["step"], e["gspo/epsilon_low"], e["gspo/epsilon_high"])
-            for e in trainer.state.log_history if "gspo/epsilon_low" in e]
+    return [
+        (e["step"], e["gspo/epsilon_low"], e["gspo/epsilon_high"])
+        for e in trainer.state.log_history
+        if "gspo/epsilon_low" in e
+    ]
 
 
 def test_automatic_calibration_and_resume(tmp_path, caplog):
@@ -137,9 +159,26 @@ def test_automatic_calibration_and_resume(tmp_path, caplog):
 def launch_two_processes(script: str, *args: str, cwd) -> None:
     """Two CPU processes over gloo (accelerate 1.15 starts one for `--cpu --num_processes 2`)."""
     subprocess.run(
-        [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2", "--num_machines",
-         "1", "--mixed_precision", "no", "--dynamo_backend", "no", script, *args],
-        check=True, timeout=600, cwd=cwd, capture_output=True,
+        [
+            sys.executable,
+            "-m",
+            "accelerate.commands.launch",
+            "--multi_gpu",
+            "--num_processes",
+            "2",
+            "--num_machines",
+            "1",
+            "--mixed_precision",
+            "no",
+            "--dynamo_backend",
+            "no",
+            script,
+            *args,
+        ],
+        check=True,
+        timeout=600,
+        cwd=cwd,
+        capture_output=True,
     )
 
 

@@ -10,13 +10,13 @@ import sys
 
 import pytest
 import torch
+from conftest import digit_count_reward, tiny_config
 from trl import GRPOConfig, GRPOTrainer
 
-from conftest import digit_count_reward, tiny_config
 from gspo_recipes import GSPOTrainer
 from gspo_recipes.callbacks import ClipFractionByLengthCallback, HealthWarnings, LogRatioHistogramCallback
 from gspo_recipes.callbacks.clip_fraction import clip_fractions
-from gspo_recipes.callbacks.log_ratio_histogram import diagnostics_line, histogram, log_s_summary
+from gspo_recipes.callbacks.log_ratio_histogram import histogram, log_s_summary
 from gspo_recipes.response_stats import ResponseStats, length_buckets
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "scripts"))
@@ -28,20 +28,37 @@ from crafted_responses import responses_of_rank  # noqa: E402
 def crafted_window():
     """Eight responses: minibatch 1 on-policy (log s = 0), minibatch 2 with known clips."""
     stats = ResponseStats()
-    stats.record(torch.zeros(3), torch.tensor([4, 12, 30]), torch.tensor([1.0, -1.0, 1.0]),
-                 torch.zeros(3, dtype=torch.bool), torch.zeros(3, dtype=torch.bool), minibatch=1)
+    stats.record(
+        torch.zeros(3),
+        torch.tensor([4, 12, 30]),
+        torch.tensor([1.0, -1.0, 1.0]),
+        torch.zeros(3, dtype=torch.bool),
+        torch.zeros(3, dtype=torch.bool),
+        minibatch=1,
+    )
     log_s = torch.tensor([1e-3, -1e-3, 2e-4, -2e-4, 5e-4])
     adv = torch.tensor([1.0, -1.0, 1.0, -1.0, -1.0])
-    stats.record(log_s, torch.tensor([5, 6, 20, 33, 0]).clone(), adv,
-                 torch.tensor([False, True, False, False, False]), torch.tensor([True, False, False, False, False]),
-                 minibatch=2)
+    stats.record(
+        log_s,
+        torch.tensor([5, 6, 20, 33, 0]).clone(),
+        adv,
+        torch.tensor([False, True, False, False, False]),
+        torch.tensor([True, False, False, False, False]),
+        minibatch=2,
+    )
     return stats.window(step=1)
 
 
 def test_window_drops_empty_responses_and_clears():
     stats = ResponseStats()
-    stats.record(torch.tensor([0.1, 0.2]), torch.tensor([3, 0]), torch.tensor([1.0, 1.0]),
-                 torch.tensor([False, False]), torch.tensor([True, True]), minibatch=2)
+    stats.record(
+        torch.tensor([0.1, 0.2]),
+        torch.tensor([3, 0]),
+        torch.tensor([1.0, 1.0]),
+        torch.tensor([False, False]),
+        torch.tensor([True, True]),
+        minibatch=2,
+    )
     window = stats.window(step=1)
     assert window["log_s"].tolist() == pytest.approx([0.1])
     assert stats.window(step=1) is window  # the second callback at the same step shares the window
@@ -102,8 +119,14 @@ def test_length_buckets():
 def off_policy_window(log_s, adv, eps_low=3e-4, eps_high=4e-4):
     log_s, adv = torch.tensor(log_s), torch.tensor(adv)
     stats = ResponseStats()
-    stats.record(log_s, torch.full_like(log_s, 10), adv, (log_s < -eps_low) & (adv < 0), (log_s > eps_high) & (adv > 0),
-                 minibatch=2)
+    stats.record(
+        log_s,
+        torch.full_like(log_s, 10),
+        adv,
+        (log_s < -eps_low) & (adv < 0),
+        (log_s > eps_high) & (adv > 0),
+        minibatch=2,
+    )
     return stats.window(step=0)
 
 
@@ -165,13 +188,27 @@ def test_health_warning_one_sided_and_on_policy(caplog):
 def grpo_trainer(tmp_path, tiny, dataset, **overrides):
     model, tokenizer = tiny
     cfg = GRPOConfig(
-        output_dir=str(tmp_path), importance_sampling_level="sequence", epsilon=3e-4, epsilon_high=4e-4,
-        per_device_train_batch_size=8, num_generations=4, max_completion_length=8, steps_per_generation=4,
-        max_steps=8, learning_rate=1e-3, logging_steps=1, report_to="none", save_strategy="no", use_cpu=True,
-        bf16=False, seed=0, **overrides,
+        output_dir=str(tmp_path),
+        importance_sampling_level="sequence",
+        epsilon=3e-4,
+        epsilon_high=4e-4,
+        per_device_train_batch_size=8,
+        num_generations=4,
+        max_completion_length=8,
+        steps_per_generation=4,
+        max_steps=8,
+        learning_rate=1e-3,
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+        use_cpu=True,
+        bf16=False,
+        seed=0,
+        **overrides,
     )
-    return GRPOTrainer(model=model, reward_funcs=digit_count_reward, args=cfg, train_dataset=dataset,
-                       processing_class=tokenizer)
+    return GRPOTrainer(
+        model=model, reward_funcs=digit_count_reward, args=cfg, train_dataset=dataset, processing_class=tokenizer
+    )
 
 
 def read_lines(path):
@@ -205,8 +242,13 @@ def test_callbacks_never_change_training(tmp_path, tiny, prompt_dataset):
     for diagnostics in (True, False):
         model, tokenizer = build_tiny_model_and_tokenizer()
         cfg = tiny_config(tmp_path / str(diagnostics), gspo_diagnostics=diagnostics, max_steps=6)
-        trainer = GSPOTrainer(model=model, reward_funcs=digit_count_reward, args=cfg, train_dataset=prompt_dataset,
-                              processing_class=tokenizer)
+        trainer = GSPOTrainer(
+            model=model,
+            reward_funcs=digit_count_reward,
+            args=cfg,
+            train_dataset=prompt_dataset,
+            processing_class=tokenizer,
+        )
         trainer.train()
         runs.append([(e["loss"], e["grad_norm"]) for e in trainer.state.log_history if "loss" in e])
     assert runs[0] == runs[1]
@@ -220,8 +262,9 @@ def test_tensorboard_event_file_holds_the_histogram(tmp_path, tiny, prompt_datas
     monkeypatch.setenv("TENSORBOARD_LOGGING_DIR", str(tmp_path / "tb"))
     model, tokenizer = tiny
     cfg = tiny_config(tmp_path, report_to=["tensorboard"])
-    GSPOTrainer(model=model, reward_funcs=digit_count_reward, args=cfg, train_dataset=prompt_dataset,
-                processing_class=tokenizer).train()
+    GSPOTrainer(
+        model=model, reward_funcs=digit_count_reward, args=cfg, train_dataset=prompt_dataset, processing_class=tokenizer
+    ).train()
     events = EventAccumulator(str(tmp_path / "tb"), size_guidance={"histograms": 0}).Reload()
     assert "gspo/log_s" in events.Tags()["histograms"]
     histograms = events.Histograms("gspo/log_s")
@@ -236,8 +279,9 @@ def test_diagnostics_file_continues_on_resume(tmp_path, tiny, prompt_dataset, ki
 
     model, tokenizer = tiny
     cfg = tiny_config(tmp_path, max_steps=8, save_strategy="steps", save_steps=4)
-    GSPOTrainer(model=model, reward_funcs=digit_count_reward, args=cfg, train_dataset=prompt_dataset,
-                processing_class=tokenizer).train()
+    GSPOTrainer(
+        model=model, reward_funcs=digit_count_reward, args=cfg, train_dataset=prompt_dataset, processing_class=tokenizer
+    ).train()
     path = tmp_path / "gspo_diagnostics.jsonl"
     assert [line["step"] for line in read_lines(path)] == list(range(1, 9))
     if killed_mid_write:  # as if killed while writing step 6: steps 1-5 and half a line
@@ -245,8 +289,9 @@ def test_diagnostics_file_continues_on_resume(tmp_path, tiny, prompt_dataset, ki
         path.write_text("".join(text[:5]) + text[5][: len(text[5]) // 2])
     # As if the run had died after step 8 and were resumed from the checkpoint at step 4.
     model, tokenizer = build_tiny_model_and_tokenizer()
-    trainer = GSPOTrainer(model=model, reward_funcs=digit_count_reward, args=cfg, train_dataset=prompt_dataset,
-                          processing_class=tokenizer)
+    trainer = GSPOTrainer(
+        model=model, reward_funcs=digit_count_reward, args=cfg, train_dataset=prompt_dataset, processing_class=tokenizer
+    )
     trainer.train(resume_from_checkpoint=str(tmp_path / "checkpoint-4"))
     assert [line["step"] for line in read_lines(path)] == list(range(1, 9))
 
@@ -262,8 +307,13 @@ def test_other_callbacks_add_sections_to_the_diagnostics_line(tmp_path, tiny, pr
                 trainer.__dict__.setdefault("gspo_diagnostics_sections", {})["extra"] = {"at": state.global_step}
 
     model, tokenizer = tiny
-    trainer = GSPOTrainer(model=model, reward_funcs=digit_count_reward, args=tiny_config(tmp_path, max_steps=3),
-                          train_dataset=prompt_dataset, processing_class=tokenizer)
+    trainer = GSPOTrainer(
+        model=model,
+        reward_funcs=digit_count_reward,
+        args=tiny_config(tmp_path, max_steps=3),
+        train_dataset=prompt_dataset,
+        processing_class=tokenizer,
+    )
     trainer.add_callback(Staging())  # after the diagnostics callbacks
     trainer.train()
     lines = read_lines(tmp_path / "gspo_diagnostics.jsonl")
@@ -278,9 +328,26 @@ def test_two_processes_log_what_one_process_computes_over_the_same_responses(tmp
     script = os.path.join(os.path.dirname(__file__), "scripts", "two_process_stats.py")
     env = dict(os.environ, PYTHONPATH=os.path.dirname(script))
     subprocess.run(
-        [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-         "--mixed_precision", "no", "--dynamo_backend", "no", script, str(out)],
-        check=True, env=env, timeout=300, cwd=tmp_path,
+        [
+            sys.executable,
+            "-m",
+            "accelerate.commands.launch",
+            "--multi_gpu",
+            "--num_processes",
+            "2",
+            "--num_machines",
+            "1",
+            "--mixed_precision",
+            "no",
+            "--dynamo_backend",
+            "no",
+            script,
+            str(out),
+        ],
+        check=True,
+        env=env,
+        timeout=300,
+        cwd=tmp_path,
     )
     result = json.loads(out.read_text())
     stats = ResponseStats()
@@ -290,7 +357,10 @@ def test_two_processes_log_what_one_process_computes_over_the_same_responses(tmp
     window = stats.window(step=1)
     buckets = length_buckets(64)
     selected = window["minibatch"] > 1
-    expected = {**clip_fractions(window, buckets), **log_s_summary(window["log_s"][selected], window, selected, buckets)}
+    expected = {
+        **clip_fractions(window, buckets),
+        **log_s_summary(window["log_s"][selected], window, selected, buckets),
+    }
     assert result["responses"] == 9
     assert result["metrics"].keys() == expected.keys()
     for name, value in expected.items():

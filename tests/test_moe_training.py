@@ -5,10 +5,10 @@ import json
 import pytest
 import torch
 from conftest import digit_count_reward, tiny_config
-from gspo_recipes.callbacks import RoutingVolatilityCallback
 from trl import GRPOConfig, GRPOTrainer
 
 from gspo_recipes import GSPOConfig, GSPOTrainer, _trl
+from gspo_recipes.callbacks import RoutingVolatilityCallback
 from gspo_recipes.moe import build_tiny_moe, find_moe_layers
 from gspo_recipes.tiny import build_tokenizer
 

@@ -2,8 +2,8 @@
 
 import importlib.metadata
 import pathlib
-import tomllib
 
+import tomllib
 from packaging.requirements import Requirement
 
 import gspo_recipes

@@ -12,8 +12,20 @@ import yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECIPES = os.path.join(ROOT, "recipes")
-FAST = ["--max_steps", "4", "--per_device_train_batch_size", "8", "--num_generations", "4",
-        "--max_completion_length", "12", "--logging_steps", "1", "--report_to", "none"]
+FAST = [
+    "--max_steps",
+    "4",
+    "--per_device_train_batch_size",
+    "8",
+    "--num_generations",
+    "4",
+    "--max_completion_length",
+    "12",
+    "--logging_steps",
+    "1",
+    "--report_to",
+    "none",
+]
 
 
 @pytest.fixture(scope="module")
@@ -49,8 +61,11 @@ def load_recipe(recipe):
     return module
 
 
-RECIPE_ARGUMENTS = {"gsm8k_gspo.py": "RecipeArguments", "math_gspo.py": "RecipeArguments",
-                    "code_gspo.py": "CodeArguments"}
+RECIPE_ARGUMENTS = {
+    "gsm8k_gspo.py": "RecipeArguments",
+    "math_gspo.py": "RecipeArguments",
+    "code_gspo.py": "CodeArguments",
+}
 
 
 def parse_recipe(recipe, argv, monkeypatch):
@@ -73,8 +88,17 @@ def logged_steps(output_dir):
 @pytest.mark.parametrize("recipe", ["math_gspo.py", "code_gspo.py"])
 def test_offline_default_runs_end_to_end(recipe, tmp_path):
     out = tmp_path / "out"
-    result = run([os.path.join(RECIPES, recipe), "--config", os.path.join(RECIPES, "configs",
-                  recipe.replace(".py", "_offline.yaml")), "--output_dir", str(out), *FAST], cwd=tmp_path)
+    result = run(
+        [
+            os.path.join(RECIPES, recipe),
+            "--config",
+            os.path.join(RECIPES, "configs", recipe.replace(".py", "_offline.yaml")),
+            "--output_dir",
+            str(out),
+            *FAST,
+        ],
+        cwd=tmp_path,
+    )
     assert "Real recipe:" in result.stdout and "gspo report" in result.stdout
     assert diagnostics_steps(out) == [1, 2, 3, 4]
     with open(out / "trainer_state.json") as f:
@@ -85,16 +109,37 @@ def test_offline_default_runs_end_to_end(recipe, tmp_path):
 
 def test_gsm8k_stopped_and_resumed_ends_like_an_uninterrupted_run(tmp_path, coldstart_cache):
     """Also the embedded default (no model, no dataset): the cold-start path with a pre-built cache."""
-    common = [os.path.join(RECIPES, "gsm8k_gspo.py"), *FAST, "--lr_scheduler_type", "constant",
-              "--save_strategy", "steps", "--save_steps", "4", "--save_total_limit", "3"]  # keep checkpoint-4
+    common = [
+        os.path.join(RECIPES, "gsm8k_gspo.py"),
+        *FAST,
+        "--lr_scheduler_type",
+        "constant",
+        "--save_strategy",
+        "steps",
+        "--save_steps",
+        "4",
+        "--save_total_limit",
+        "3",
+    ]  # keep checkpoint-4
     whole, resumed = tmp_path / "whole", tmp_path / "resumed"
     result = run([*common, "--max_steps", "8", "--output_dir", str(whole)], cwd=tmp_path, cache=coldstart_cache)
     assert "cold-start tiny model" in result.stdout and "recipes/configs/gsm8k_gspo.yaml" in result.stdout
     # Stopped after step 6: the last checkpoint is step 4, and the diagnostics already hold steps 5 and 6.
     run([*common, "--max_steps", "6", "--output_dir", str(resumed)], cwd=tmp_path, cache=coldstart_cache)
     assert diagnostics_steps(resumed) == list(range(1, 7))
-    run([*common, "--max_steps", "8", "--output_dir", str(resumed), "--resume_from_checkpoint",
-         str(resumed / "checkpoint-4")], cwd=tmp_path, cache=coldstart_cache)
+    run(
+        [
+            *common,
+            "--max_steps",
+            "8",
+            "--output_dir",
+            str(resumed),
+            "--resume_from_checkpoint",
+            str(resumed / "checkpoint-4"),
+        ],
+        cwd=tmp_path,
+        cache=coldstart_cache,
+    )
 
     assert diagnostics_steps(resumed) == diagnostics_steps(whole) == list(range(1, 9))
     assert logged_steps(resumed) == logged_steps(whole) == list(range(1, 9))
@@ -114,11 +159,31 @@ def test_gsm8k_real_path_with_a_local_dataset_and_model(tmp_path):
     model.save_pretrained(tmp_path / "model")
     tokenizer.save_pretrained(tmp_path / "model")
     with open(tmp_path / "data.jsonl", "w") as f:
-        f.writelines(json.dumps({"q": row["question"], "answer": row["answer"]}) + "\n" for row in make_gsm_problems(32))
+        f.writelines(
+            json.dumps({"q": row["question"], "answer": row["answer"]}) + "\n" for row in make_gsm_problems(32)
+        )
     out = tmp_path / "out"
-    run([os.path.join(RECIPES, "gsm8k_gspo.py"), *FAST, "--max_steps", "2", "--model_name_or_path",
-         str(tmp_path / "model"), "--dataset_name", str(tmp_path / "data.jsonl"), "--column_map", "question=q",
-         "--output_dir", str(out), "--use_peft", "--lora_target_modules", "q_proj", "v_proj"], cwd=tmp_path)
+    run(
+        [
+            os.path.join(RECIPES, "gsm8k_gspo.py"),
+            *FAST,
+            "--max_steps",
+            "2",
+            "--model_name_or_path",
+            str(tmp_path / "model"),
+            "--dataset_name",
+            str(tmp_path / "data.jsonl"),
+            "--column_map",
+            "question=q",
+            "--output_dir",
+            str(out),
+            "--use_peft",
+            "--lora_target_modules",
+            "q_proj",
+            "v_proj",
+        ],
+        cwd=tmp_path,
+    )
     assert diagnostics_steps(out) == [1, 2]
     assert os.path.exists(out / "adapter_config.json"), "LoRA through ModelConfig"
 
@@ -126,9 +191,19 @@ def test_gsm8k_real_path_with_a_local_dataset_and_model(tmp_path):
 def test_missing_column_fails_before_loading_a_model(tmp_path):
     with open(tmp_path / "data.jsonl", "w") as f:
         f.write(json.dumps({"problem_text": "1+1?", "answer": "#### 2"}) + "\n")
-    result = run([os.path.join(RECIPES, "gsm8k_gspo.py"), "--dataset_name", str(tmp_path / "data.jsonl"),
-                  "--model_name_or_path", "no/such-model", "--output_dir", str(tmp_path / "out")],
-                 cwd=tmp_path, check=False)
+    result = run(
+        [
+            os.path.join(RECIPES, "gsm8k_gspo.py"),
+            "--dataset_name",
+            str(tmp_path / "data.jsonl"),
+            "--model_name_or_path",
+            "no/such-model",
+            "--output_dir",
+            str(tmp_path / "out"),
+        ],
+        cwd=tmp_path,
+        check=False,
+    )
     assert result.returncode != 0
     assert "no column 'question'" in result.stderr
     assert "['problem_text', 'answer']" in result.stderr and "--column_map question=" in result.stderr
@@ -145,10 +220,19 @@ def test_bad_yaml_key_names_the_field(tmp_path):
 
 def test_gsm8k_on_two_cpu_processes(tmp_path, coldstart_cache):
     out = tmp_path / "out"
-    launcher = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
-                os.path.join(RECIPES, "accelerate_configs", "cpu_2proc.yaml")]
-    run([os.path.join(RECIPES, "gsm8k_gspo.py"), *FAST, "--output_dir", str(out)], cwd=tmp_path,
-        cache=coldstart_cache, launcher=launcher)
+    launcher = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        os.path.join(RECIPES, "accelerate_configs", "cpu_2proc.yaml"),
+    ]
+    run(
+        [os.path.join(RECIPES, "gsm8k_gspo.py"), *FAST, "--output_dir", str(out)],
+        cwd=tmp_path,
+        cache=coldstart_cache,
+        launcher=launcher,
+    )
     with open(out / "gspo_diagnostics.jsonl") as f:
         lines = [json.loads(line) for line in f]
     assert [line["step"] for line in lines] == [1, 2, 3, 4]
@@ -188,8 +272,9 @@ def test_a_model_or_a_config_replaces_the_offline_default(tmp_path, monkeypatch)
     )
     assert model_args.model_name_or_path == "some/model" and training_args.learning_rate == GSPOConfig.learning_rate
     real = os.path.join(RECIPES, "configs", "gsm8k_gspo.yaml")
-    script_args, training_args, model_args = parse_recipe("gsm8k_gspo.py", ["--config", real, "--max_steps", "7"],
-                                                          monkeypatch)
+    script_args, training_args, model_args = parse_recipe(
+        "gsm8k_gspo.py", ["--config", real, "--max_steps", "7"], monkeypatch
+    )
     assert (model_args.model_name_or_path, script_args.dataset_name) == ("Qwen/Qwen2.5-0.5B-Instruct", "openai/gsm8k")
     assert training_args.max_steps == 7 and training_args.learning_rate == 1e-6
 
@@ -229,8 +314,12 @@ def test_embedded_prompt_tokens_are_the_plain_prompt_the_cold_start_was_trained_
     _, tokenizer = load_model("builtin:coldstart-gsm8k")
     questions = [problem["question"] for problem in make_gsm_problems(8, seed=5)]
     system_prompt = load_recipe("gsm8k_gspo.py").SYSTEM_PROMPT
-    chat = tokenizer.apply_chat_template([as_prompt(q, system_prompt, chat=True) for q in questions],
-                                         add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
+    chat = tokenizer.apply_chat_template(
+        [as_prompt(q, system_prompt, chat=True) for q in questions],
+        add_generation_prompt=True,
+        tokenize=True,
+        return_dict=True,
+    )["input_ids"]
     plain = tokenizer(text=[format_prompt(q) for q in questions])["input_ids"]
     assert chat == plain
 
@@ -267,8 +356,12 @@ def test_embedded_default_learns_with_a_healthy_trust_region(tmp_path):
     """The newcomer's first run, exactly as shipped (3.5 minutes on 2 free cores): no health warning, at most a
     quarter of the responses clipped on each off-policy minibatch, and a visible rise of the reward."""
     out = tmp_path / "out"
-    result = run([os.path.join(RECIPES, "gsm8k_gspo.py"), "--output_dir", str(out)], cwd=tmp_path,
-                 cache=str(tmp_path / "empty-cache"), timeout=1800)
+    result = run(
+        [os.path.join(RECIPES, "gsm8k_gspo.py"), "--output_dir", str(out)],
+        cwd=tmp_path,
+        cache=str(tmp_path / "empty-cache"),
+        timeout=1800,
+    )
     assert "GSPO health:" not in result.stdout + result.stderr
     fractions = minibatch_clip_fractions(out)
     assert sorted(fractions) == [1, 2, 3, 4] and fractions[1] == 0.0

@@ -7,8 +7,8 @@ import struct
 
 import numpy as np
 import pytest
-
 from conftest import digit_count_reward, tiny_config
+
 from gspo_recipes import report as rep
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -33,8 +33,9 @@ def tiny_run(tmp_path_factory):
     model, tokenizer = build_tiny_model_and_tokenizer()
     dataset = Dataset.from_list([{"prompt": f"{a}+{b}="} for a in range(4) for b in range(4)])
     cfg = tiny_config(out, max_steps=8, max_completion_length=16)
-    trainer = GSPOTrainer(model=model, reward_funcs=digit_count_reward, args=cfg, train_dataset=dataset,
-                          processing_class=tokenizer)
+    trainer = GSPOTrainer(
+        model=model, reward_funcs=digit_count_reward, args=cfg, train_dataset=dataset, processing_class=tokenizer
+    )
     trainer.train()
     trainer.save_state()
     return out
@@ -57,8 +58,10 @@ def test_report_of_a_tiny_run(tiny_run, capsys):
     assert str(tiny_run / rep.FIGURES["reward"]) in summary and "skipped" not in summary
 
 
-@pytest.mark.skipif(importlib.util.find_spec("gspo_recipes.calibrate") is None,
-                    reason="gspo_recipes.cli also imports the calibrate subcommand, not written yet")
+@pytest.mark.skipif(
+    importlib.util.find_spec("gspo_recipes.calibrate") is None,
+    reason="gspo_recipes.cli also imports the calibrate subcommand, not written yet",
+)
 def test_console_script_dispatches_to_report(tiny_run):
     from gspo_recipes.cli import main
 
@@ -78,14 +81,29 @@ def crafted_line(step, log_s, signs, lengths, eps_low=3e-4, eps_high=4e-4, minib
     buckets = []
     for lo, hi in ((1, 8), (9, 16)):
         inside = (lengths >= lo) & (lengths <= hi)
-        buckets.append({"lo": lo, "hi": hi, "responses": int(inside.sum()), "clipped_low": int(low[inside].sum()),
-                        "clipped_high": int(high[inside].sum()),
-                        "log_s_std": float(log_s[inside].std()) if inside.any() else None})
-    return {"step": step, "epsilon_low": eps_low, "epsilon_high": eps_high, "responses": len(log_s),
-            "bin_edges": edges.tolist(), "counts": counts.tolist(), "buckets": buckets,
-            "minibatches": {str(minibatch): {"responses": len(log_s), "clipped_low": int(low.sum()),
-                                             "clipped_high": int(high.sum())}},
-            "off_policy": {"log_s": log_s.tolist(), "advantage_sign": signs.tolist(), "length": lengths.tolist()}}
+        buckets.append(
+            {
+                "lo": lo,
+                "hi": hi,
+                "responses": int(inside.sum()),
+                "clipped_low": int(low[inside].sum()),
+                "clipped_high": int(high[inside].sum()),
+                "log_s_std": float(log_s[inside].std()) if inside.any() else None,
+            }
+        )
+    return {
+        "step": step,
+        "epsilon_low": eps_low,
+        "epsilon_high": eps_high,
+        "responses": len(log_s),
+        "bin_edges": edges.tolist(),
+        "counts": counts.tolist(),
+        "buckets": buckets,
+        "minibatches": {
+            str(minibatch): {"responses": len(log_s), "clipped_low": int(low.sum()), "clipped_high": int(high.sum())}
+        },
+        "off_policy": {"log_s": log_s.tolist(), "advantage_sign": signs.tolist(), "length": lengths.tolist()},
+    }
 
 
 def write_lines(run_dir, lines):
@@ -149,14 +167,17 @@ def test_heat_map_rebinning_keeps_every_response():
 
 def test_spread_is_pooled_within_steps_and_fits_inverse_sqrt():
     # The same spread at every step, around means that drift: pooling within steps ignores the drift.
-    lines = [crafted_line(step, [mean - 0.01, mean + 0.01, mean - 0.005, mean + 0.005], [1, -1, 1, -1], [4, 4, 16, 16])
-             for step, mean in ((1, 0.0), (2, 0.5))]
+    lines = [
+        crafted_line(step, [mean - 0.01, mean + 0.01, mean - 0.005, mean + 0.005], [1, -1, 1, -1], [4, 4, 16, 16])
+        for step, mean in ((1, 0.0), (2, 0.5))
+    ]
     (short, long) = rep.spread_by_length(lines)
     assert (short["lo"], short["hi"], short["mean_length"], short["values"]) == (1, 8, 4.0, 4)
     assert short["std"] == pytest.approx(0.01 * np.sqrt(2))  # deviations +-0.01, (2 + 2 values) - 2 groups
     assert long["std"] == pytest.approx(0.005 * np.sqrt(2))
-    c = rep.fit_inverse_sqrt([{"mean_length": 4.0, "std": 0.05, "values": 1}, {"mean_length": 16.0, "std": 0.025,
-                                                                                "values": 3}])
+    c = rep.fit_inverse_sqrt(
+        [{"mean_length": 4.0, "std": 0.05, "values": 1}, {"mean_length": 16.0, "std": 0.025, "values": 3}]
+    )
     assert c == pytest.approx(0.1)
 
 

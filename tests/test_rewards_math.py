@@ -7,7 +7,6 @@ import time
 import pytest
 
 from gspo_recipes import rewards
-from gspo_recipes.rewards import math as math_rewards
 from gspo_recipes.rewards import (
     format_reward,
     format_strict_reward,
@@ -17,6 +16,7 @@ from gspo_recipes.rewards import (
     math_accuracy,
     soft_overlong_punishment,
 )
+from gspo_recipes.rewards import math as math_rewards
 
 GSM8K_GOLD = "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\n#### 18"
 

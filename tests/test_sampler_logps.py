@@ -9,9 +9,9 @@ import math
 
 import pytest
 import torch
+from conftest import digit_count_reward, tiny_config
 from trl import GRPOTrainer, TrlParser
 
-from conftest import digit_count_reward, tiny_config
 from gspo_recipes import GSPOConfig, GSPOTrainer
 from gspo_recipes.sampler.generation_logprobs import GenerationLogprobRecorder
 from gspo_recipes.sampler.mismatch import MISMATCH_PREFIX
@@ -159,9 +159,16 @@ def tiny_gpt2(tokenizer):
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)
-    config = GPT2Config(vocab_size=len(tokenizer), n_positions=128, n_embd=32, n_layer=2, n_head=2,
-                        pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
-                        eos_token_id=tokenizer.eos_token_id)
+    config = GPT2Config(
+        vocab_size=len(tokenizer),
+        n_positions=128,
+        n_embd=32,
+        n_layer=2,
+        n_head=2,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
     model = GPT2LMHeadModel(config)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
@@ -171,8 +178,9 @@ def tiny_gpt2(tokenizer):
 def test_sampler_logps_equal_the_trainers_for_absolute_position_models(tmp_path, tiny, prompt_dataset):
     """Prompts of several lengths, left-padded: the sampler's values are what the trainer scores, token by token."""
     _, tokenizer = tiny
-    trainer = make_trainer(tmp_path, (tiny_gpt2(tokenizer), tokenizer), prompt_dataset, old_logps_source="sampler",
-                           disable_dropout=True)  # GPT-2 has dropout: random in both passes
+    trainer = make_trainer(
+        tmp_path, (tiny_gpt2(tokenizer), tokenizer), prompt_dataset, old_logps_source="sampler", disable_dropout=True
+    )  # GPT-2 has dropout: random in both passes
     batch = [{"prompt": p} for p in ("1+2=", "30+41=", "123+4567=", "9=") for _ in range(trainer.num_generations)]
     out = trainer._generate_and_score_completions(batch)
     assert trainer.sampler_logprobs.old_policy_passes_skipped == 1

@@ -5,13 +5,12 @@ import logging
 
 import pytest
 import torch
+from conftest import digit_count_reward, length_reward, tiny_config
 from trl import GRPOConfig, GRPOTrainer, TrlParser
 
-from conftest import digit_count_reward, length_reward, tiny_config
 from gspo_recipes import GSPOConfig, GSPOTrainer
 from gspo_recipes.callbacks import attach_response_stats
 from gspo_recipes.loss import gspo_loss
-
 
 # ----------------------------------------------------------------------------------------------- config
 
@@ -64,11 +63,24 @@ def test_token_sized_clip_and_on_policy_setups_warn(tmp_path, caplog):
 
 def test_plain_grpo_config_becomes_gspo_with_a_warning(tmp_path, tiny, prompt_dataset, caplog):
     model, tokenizer = tiny
-    grpo_args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=8, num_generations=4,
-                           max_completion_length=8, learning_rate=1e-3, report_to="none", use_cpu=True, bf16=False)
+    grpo_args = GRPOConfig(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=8,
+        num_generations=4,
+        max_completion_length=8,
+        learning_rate=1e-3,
+        report_to="none",
+        use_cpu=True,
+        bf16=False,
+    )
     with caplog.at_level(logging.WARNING, logger="gspo_recipes.config"):
-        trainer = GSPOTrainer(model=model, reward_funcs=digit_count_reward, args=grpo_args,
-                              train_dataset=prompt_dataset, processing_class=tokenizer)
+        trainer = GSPOTrainer(
+            model=model,
+            reward_funcs=digit_count_reward,
+            args=grpo_args,
+            train_dataset=prompt_dataset,
+            processing_class=tokenizer,
+        )
     assert isinstance(trainer.args, GSPOConfig)
     assert trainer.importance_sampling_level == "sequence" and trainer.loss_type == "grpo"
     assert (trainer.epsilon_low, trainer.epsilon_high) == (3e-4, 4e-4)
@@ -85,8 +97,13 @@ def test_token_level_ratios_with_a_sequence_sized_range_warn(tmp_path, caplog):
 @pytest.mark.parametrize("gas,spg", [(2, 3), (4, 3)])
 def test_misaligned_generation_is_not_called_on_policy(tmp_path, gas, spg, caplog):
     with caplog.at_level(logging.WARNING, logger="gspo_recipes.config"):
-        cfg = GSPOConfig(output_dir=str(tmp_path), gradient_accumulation_steps=gas, steps_per_generation=spg,
-                         epsilon_calibration_steps=4, report_to="none")
+        cfg = GSPOConfig(
+            output_dir=str(tmp_path),
+            gradient_accumulation_steps=gas,
+            steps_per_generation=spg,
+            epsilon_calibration_steps=4,
+            report_to="none",
+        )
     assert "GSPO equals GRPO" not in caplog.text and cfg.epsilon_calibration_steps == 4
 
 
@@ -140,10 +157,16 @@ def make_pair(tmp_path, tiny, prompt_dataset, **overrides):
     if cfg.beta != 0.0:  # TRL loads the reference model by name: give it one on disk
         model.save_pretrained(tmp_path / "model")
         model = str(tmp_path / "model")
-    gspo = GSPOTrainer(model=model, reward_funcs=digit_count_reward, args=cfg, train_dataset=prompt_dataset,
-                       processing_class=tokenizer)
-    trl = GRPOTrainer(model=copy.deepcopy(model), reward_funcs=digit_count_reward, args=cfg,
-                      train_dataset=prompt_dataset, processing_class=tokenizer)
+    gspo = GSPOTrainer(
+        model=model, reward_funcs=digit_count_reward, args=cfg, train_dataset=prompt_dataset, processing_class=tokenizer
+    )
+    trl = GRPOTrainer(
+        model=copy.deepcopy(model),
+        reward_funcs=digit_count_reward,
+        args=cfg,
+        train_dataset=prompt_dataset,
+        processing_class=tokenizer,
+    )
     return gspo, trl
 
 
@@ -209,8 +232,9 @@ def test_training_clips_only_off_policy_minibatches(tmp_path, tiny, prompt_datas
     cfg = tiny_config(tmp_path, max_steps=8, gspo_diagnostics=False)
     assert cfg.steps_per_generation == 4
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    trainer = GSPOTrainer(model=model, reward_funcs=digit_count_reward, args=cfg, train_dataset=prompt_dataset,
-                          processing_class=tokenizer)
+    trainer = GSPOTrainer(
+        model=model, reward_funcs=digit_count_reward, args=cfg, train_dataset=prompt_dataset, processing_class=tokenizer
+    )
     assert trainer.response_stats is None  # nothing is kept without a consumer
     stats = attach_response_stats(trainer)
     trainer.train()
@@ -231,10 +255,17 @@ def test_misaligned_minibatches_are_labelled_by_optimizer_steps(tmp_path, tiny, 
     """gas and steps_per_generation that do not line up: responses labelled 1 are exactly on-policy, every later
     label has moved, and the off-policy ones reach the histogram's selection."""
     model, tokenizer = tiny
-    cfg = tiny_config(tmp_path, max_steps=6, gradient_accumulation_steps=gas, steps_per_generation=spg,
-                      per_device_train_batch_size=4, gspo_diagnostics=False)
-    trainer = GSPOTrainer(model=model, reward_funcs=digit_count_reward, args=cfg, train_dataset=prompt_dataset,
-                          processing_class=tokenizer)
+    cfg = tiny_config(
+        tmp_path,
+        max_steps=6,
+        gradient_accumulation_steps=gas,
+        steps_per_generation=spg,
+        per_device_train_batch_size=4,
+        gspo_diagnostics=False,
+    )
+    trainer = GSPOTrainer(
+        model=model, reward_funcs=digit_count_reward, args=cfg, train_dataset=prompt_dataset, processing_class=tokenizer
+    )
     stats = attach_response_stats(trainer)
     trainer.train()
     window = stats.window(step=trainer.state.global_step)
@@ -268,6 +299,7 @@ def test_peft_lora_and_weighted_rewards(tmp_path, tiny, prompt_dataset):
 def test_default_args_are_gspo(tiny, prompt_dataset, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     model, tokenizer = tiny
-    trainer = GSPOTrainer(model=model, reward_funcs=digit_count_reward, train_dataset=prompt_dataset,
-                          processing_class=tokenizer)
+    trainer = GSPOTrainer(
+        model=model, reward_funcs=digit_count_reward, train_dataset=prompt_dataset, processing_class=tokenizer
+    )
     assert isinstance(trainer.args, GSPOConfig) and trainer.args.importance_sampling_level == "sequence"

@@ -10,9 +10,9 @@ import pathlib
 import pytest
 import torch
 import trl
+from conftest import digit_count_reward, tiny_config
 from trl import GRPOTrainer
 
-from conftest import digit_count_reward, tiny_config
 from gspo_recipes import GSPOConfig, GSPOTrainer, _trl
 
 PACKAGE = pathlib.Path(_trl.__file__).parent
@@ -20,7 +20,9 @@ PACKAGE = pathlib.Path(_trl.__file__).parent
 
 @pytest.mark.parametrize("method", sorted(_trl.PINNED_SIGNATURES))
 def test_trl_method_signatures_are_the_pinned_ones(method):
-    assert hasattr(GRPOTrainer, method), f"TRL {trl.__version__} has no GRPOTrainer.{method}: update gspo_recipes/_trl.py"
+    assert hasattr(GRPOTrainer, method), (
+        f"TRL {trl.__version__} has no GRPOTrainer.{method}: update gspo_recipes/_trl.py"
+    )
     params = tuple(inspect.signature(getattr(GRPOTrainer, method)).parameters)
     assert params == _trl.PINNED_SIGNATURES[method], f"GRPOTrainer.{method} changed in TRL {trl.__version__}"
 
@@ -32,8 +34,9 @@ def test_trl_version_is_the_tested_one():
 def make_trainer(tmp_path, tiny, dataset, **overrides):
     model, tokenizer = tiny
     cfg = tiny_config(tmp_path, gspo_diagnostics=False, **overrides)
-    return GSPOTrainer(model=model, reward_funcs=digit_count_reward, args=cfg, train_dataset=dataset,
-                       processing_class=tokenizer)
+    return GSPOTrainer(
+        model=model, reward_funcs=digit_count_reward, args=cfg, train_dataset=dataset, processing_class=tokenizer
+    )
 
 
 def test_trl_return_shapes_and_private_attributes(tmp_path, tiny, prompt_dataset):
@@ -67,8 +70,15 @@ def test_trl_return_shapes_and_private_attributes(tmp_path, tiny, prompt_dataset
 )
 def test_recompute_rule_is_trls(tmp_path, tiny, prompt_dataset, gas, spg, iterations):
     """`recomputes_old_logps` says exactly when TRL's generation returns old log-probabilities."""
-    trainer = make_trainer(tmp_path, tiny, prompt_dataset, gradient_accumulation_steps=gas, steps_per_generation=spg,
-                           num_iterations=iterations, per_device_train_batch_size=4)
+    trainer = make_trainer(
+        tmp_path,
+        tiny,
+        prompt_dataset,
+        gradient_accumulation_steps=gas,
+        steps_per_generation=spg,
+        num_iterations=iterations,
+        per_device_train_batch_size=4,
+    )
     trainer.model.train()
     batch = [{"prompt": row["prompt"]} for row in prompt_dataset.select(range(spg)) for _ in range(4)]
     output = trainer._generate_and_score_completions(batch)
@@ -81,8 +91,16 @@ def test_minibatch_index_counts_optimizer_steps_since_generation(tmp_path, tiny,
     """The label of every micro-step equals 1 + the optimizer steps taken since its responses were generated,
     observed in a real run, also where the generation batch does not line up with the optimizer steps and where an
     epoch ends on a shorter accumulation window (16 prompts of 4 per micro-step: gas=3 ends epoch 1 after one)."""
-    trainer = make_trainer(tmp_path, tiny, prompt_dataset, gradient_accumulation_steps=gas, steps_per_generation=spg,
-                           num_iterations=iterations, per_device_train_batch_size=4, max_steps=6)
+    trainer = make_trainer(
+        tmp_path,
+        tiny,
+        prompt_dataset,
+        gradient_accumulation_steps=gas,
+        steps_per_generation=spg,
+        num_iterations=iterations,
+        per_device_train_batch_size=4,
+        max_steps=6,
+    )
     generated_at, observed = {}, []
     generate = trainer._generate_and_score_completions
     compute_loss = trainer._compute_loss
@@ -104,10 +122,16 @@ def test_minibatch_index_counts_optimizer_steps_since_generation(tmp_path, tiny,
 
 
 def test_config_on_policy_rule_follows_trl(tmp_path):
-    aligned = GSPOConfig(output_dir=str(tmp_path), gradient_accumulation_steps=4, steps_per_generation=2,
-                         report_to="none")
-    misaligned = GSPOConfig(output_dir=str(tmp_path), gradient_accumulation_steps=4, steps_per_generation=3,
-                            epsilon_calibration_steps=5, report_to="none")
+    aligned = GSPOConfig(
+        output_dir=str(tmp_path), gradient_accumulation_steps=4, steps_per_generation=2, report_to="none"
+    )
+    misaligned = GSPOConfig(
+        output_dir=str(tmp_path),
+        gradient_accumulation_steps=4,
+        steps_per_generation=3,
+        epsilon_calibration_steps=5,
+        report_to="none",
+    )
     assert not _trl.has_off_policy_minibatches(aligned)
     assert _trl.has_off_policy_minibatches(misaligned)  # steps 4, 5 of the second batch follow an update
 
@@ -167,7 +191,7 @@ def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         stack.append(node)
         for dep in sorted(graph.get(node, ())):
             if state.get(dep) == "open":
-                return stack[stack.index(dep):] + [dep]
+                return stack[stack.index(dep) :] + [dep]
             if dep not in state and (found := visit(dep)):
                 return found
         state[node] = "done"

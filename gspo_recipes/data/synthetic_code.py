@@ -9,11 +9,17 @@ import random
 TASKS = [
     ("add_{k}", "Write a function {name}(x) that returns x plus {k}.", "return x + {k}"),
     ("times_{k}", "Write a function {name}(x) that returns x multiplied by {k}.", "return x * {k}"),
-    ("is_multiple_of_{k}", "Write a function {name}(x) that returns True when x is a multiple of {k}.",
-     "return x % {k} == 0"),
+    (
+        "is_multiple_of_{k}",
+        "Write a function {name}(x) that returns True when x is a multiple of {k}.",
+        "return x % {k} == 0",
+    ),
     ("repeat_{k}", "Write a function {name}(s) that returns the string s repeated {k} times.", "return s * {k}"),
-    ("count_above_{k}", "Write a function {name}(xs) that returns how many numbers in the list xs exceed {k}.",
-     "return sum(1 for x in xs if x > {k})"),
+    (
+        "count_above_{k}",
+        "Write a function {name}(xs) that returns how many numbers in the list xs exceed {k}.",
+        "return sum(1 for x in xs if x > {k})",
+    ),
 ]
 
 

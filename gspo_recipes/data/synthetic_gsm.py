@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 # The cue between question and answer. It ends in a space so the completion starts straight with the calculation.
 PROMPT_SUFFIX = "\nAnswer: "

@@ -18,9 +18,13 @@ def make_math_problem(rng: random.Random) -> dict[str, str]:
     elif kind == "fraction":  # p/q + r/s in lowest terms
         p, q, r, s = rng.randint(1, 5), rng.randint(2, 7), rng.randint(1, 5), rng.randint(2, 7)
         total = Fraction(p, q) + Fraction(r, s)
-        answer = str(total.numerator) if total.denominator == 1 else f"\\frac{{{total.numerator}}}{{{total.denominator}}}"
+        answer = (
+            str(total.numerator) if total.denominator == 1 else f"\\frac{{{total.numerator}}}{{{total.denominator}}}"
+        )
         problem = f"Compute $\\frac{{{p}}}{{{q}}} + \\frac{{{r}}}{{{s}}}$ in lowest terms."
-        solution = f"With the common denominator {q * s}: the sum is ${answer}$, so the answer is $\\boxed{{{answer}}}$."
+        solution = (
+            f"With the common denominator {q * s}: the sum is ${answer}$, so the answer is $\\boxed{{{answer}}}$."
+        )
     else:  # a^n
         a, n = rng.randint(2, 5), rng.randint(2, 4)
         problem = f"What is ${a}^{n}$?"

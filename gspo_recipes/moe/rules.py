@@ -30,7 +30,7 @@ def softmax_then_topk(router: torch.nn.Module, logits: torch.Tensor, index: torc
 
 
 def softmax_then_topk_renormalised(router: torch.nn.Module, logits: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """Mixtral: softmax over all experts, always renormalised over the top-k (= softmax of the top-k logits), float32."""
+    """Mixtral: softmax over all experts, always renormalised over the top-k (the softmax of the top-k logits), fp32."""
     probs = F.softmax(logits.float(), dim=-1)
     weights = probs.gather(-1, index)
     return weights / weights.sum(dim=-1, keepdim=True)

@@ -113,6 +113,12 @@ class MismatchMonitor:
             "old_logps_source='recompute', remove the mismatch (same dtype and kernels in both engines, float32 "
             "rather than bf16 where you can, unfiltered sampling), or widen the clip range beyond |%.3g|. Watch "
             "gspo/sampler_mismatch/log_s_mean and outside_clip_frac.",
-            t.state.global_step, mean, math.exp(mean), 100 * share, bound, when, responses,
+            t.state.global_step,
+            mean,
+            math.exp(mean),
+            100 * share,
+            bound,
+            when,
+            responses,
             max(abs(log_s.min().item()), abs(log_s.max().item())),
         )

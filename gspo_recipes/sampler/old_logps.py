@@ -69,7 +69,9 @@ class SamplerLogprobs:
                 "renormalised after filtering, so they are systematically higher than the trainer's and every log s_i "
                 "starts below 0. Check gspo/sampler_mismatch/log_s_mean against the clip range, or sample without "
                 "filtering.",
-                t.top_p, t.top_k, t.min_p,
+                t.top_p,
+                t.top_k,
+                t.min_p,
             )
 
     def _warn_once(self, key: str, message: str, *args) -> None:

@@ -14,8 +14,20 @@ def responses_of_rank(rank: int) -> list[dict]:
     high = (log_s > 4e-4) & (advantages > 0)
     half = n // 2
     return [
-        dict(log_s=log_s[:half] * 0, lengths=lengths[:half], advantages=advantages[:half],
-             clipped_low=low[:half] & False, clipped_high=high[:half] & False, minibatch=1),
-        dict(log_s=log_s[half:], lengths=lengths[half:], advantages=advantages[half:],
-             clipped_low=low[half:], clipped_high=high[half:], minibatch=2),
+        dict(
+            log_s=log_s[:half] * 0,
+            lengths=lengths[:half],
+            advantages=advantages[:half],
+            clipped_low=low[:half] & False,
+            clipped_high=high[:half] & False,
+            minibatch=1,
+        ),
+        dict(
+            log_s=log_s[half:],
+            lengths=lengths[half:],
+            advantages=advantages[half:],
+            clipped_low=low[half:],
+            clipped_high=high[half:],
+            minibatch=2,
+        ),
     ]

@@ -24,13 +24,25 @@ resume = len(sys.argv) > 3
 model, tokenizer = build_tiny_model_and_tokenizer()
 dataset = Dataset.from_list([{"prompt": f"{a}+{b}="} for a in range(4) for b in range(4)])
 args = GSPOConfig(
-    output_dir=output_dir, per_device_train_batch_size=8, num_generations=4, max_completion_length=8,
-    max_steps=6, learning_rate=1e-3, logging_steps=1, report_to="none", use_cpu=True, seed=0,
-    epsilon_calibration_steps=4, epsilon_target_clip=0.2, save_strategy="steps", save_steps=4,
+    output_dir=output_dir,
+    per_device_train_batch_size=8,
+    num_generations=4,
+    max_completion_length=8,
+    max_steps=6,
+    learning_rate=1e-3,
+    logging_steps=1,
+    report_to="none",
+    use_cpu=True,
+    seed=0,
+    epsilon_calibration_steps=4,
+    epsilon_target_clip=0.2,
+    save_strategy="steps",
+    save_steps=4,
     gspo_diagnostics=False,
 )
-trainer = GSPOTrainer(model=model, reward_funcs=digit_count_reward, args=args, train_dataset=dataset,
-                      processing_class=tokenizer)
+trainer = GSPOTrainer(
+    model=model, reward_funcs=digit_count_reward, args=args, train_dataset=dataset, processing_class=tokenizer
+)
 trainer.train(resume_from_checkpoint=os.path.join(output_dir, "checkpoint-4") if resume else None)
 if trainer.accelerator.is_main_process:
     with open(result_path, "w") as f:

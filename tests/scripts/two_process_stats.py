@@ -6,12 +6,11 @@ import sys
 
 import torch
 from accelerate import Accelerator
+from crafted_responses import responses_of_rank
 
 from gspo_recipes.callbacks.clip_fraction import clip_fractions
 from gspo_recipes.callbacks.log_ratio_histogram import log_s_summary
 from gspo_recipes.response_stats import ResponseStats, length_buckets
-
-from crafted_responses import responses_of_rank
 
 accelerator = Accelerator(cpu=True)
 stats = ResponseStats()

@@ -1,0 +1,107 @@
+"""The figures of `gspo report` (matplotlib, imported only when a figure is drawn)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display needed
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_clip_fractions(series, path: str) -> None:
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    for ax, side, rule in zip(axes, ("low", "high"), ("s_i < 1 - eps_low, A < 0", "s_i > 1 + eps_high, A > 0")):
+        for name, entry in series.items():
+            if name == "all":
+                ax.plot(entry["steps"], entry[side], "k--", lw=1.5, label="all lengths")
+            elif not np.all(np.isnan(entry[side])):
+                ax.plot(entry["steps"], entry[side], "o-", ms=3, label=f"length {name}")
+        ax.set(title=f"clipped {side} ({rule})", xlabel="step", ylim=(-0.02, 1.02))
+    axes[0].set_ylabel("fraction of responses in the bucket")
+    axes[1].legend(fontsize=8)
+    save(fig, plt, path)
+
+
+def plot_heatmap(steps, grid, shares, lines, path: str) -> None:
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    if steps:
+        centres = np.asarray(steps, dtype=float)
+        gaps = np.diff(centres) if len(centres) > 1 else np.ones(1)
+        x_edges = np.concatenate(
+            [[centres[0] - gaps[0] / 2], (centres[:-1] + centres[1:]) / 2, [centres[-1] + gaps[-1] / 2]]
+        )
+        empty = np.isnan(shares) | (shares == 0)  # white: no response there, or an on-policy window
+        mesh = ax.pcolormesh(x_edges, grid, np.ma.masked_where(empty, shares), cmap="viridis", shading="flat")
+        fig.colorbar(mesh, ax=ax, label="share of the step's off-policy responses")
+        for key, sign, name in (("epsilon_low", -1, "log(1 - eps_low)"), ("epsilon_high", 1, "log(1 + eps_high)")):
+            ax.plot(
+                [line["step"] for line in lines],
+                [math.log1p(sign * line[key]) for line in lines],
+                "r-",
+                lw=0.8,
+                label=name,
+            )
+        ax.legend(fontsize=8, loc="upper right")
+    else:
+        ax.text(0.5, 0.5, "no off-policy responses: every window was on-policy", ha="center", transform=ax.transAxes)
+    ax.set(xlabel="step", ylabel="log $s_i$", title="log $s_i$ over steps (re-binned onto a common grid)")
+    save(fig, plt, path)
+
+
+def plot_spread(spread, path: str, c: float | None) -> None:
+    """The spread of log s_i against length, with the fitted c / sqrt(L) line (`c` None: no fit)."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4.5))
+    points = [p for p in spread if p["std"] > 0]
+    if points:
+        lengths = np.array([p["mean_length"] for p in points])
+        ax.loglog(lengths, [p["std"] for p in points], "o", label="std of log $s_i$ per length bucket")
+        for p in points:
+            ax.annotate(
+                f"n={p['values']}", (p["mean_length"], p["std"]), textcoords="offset points", xytext=(4, 4), fontsize=7
+            )
+        span = np.geomspace(max(1.0, lengths.min() / 2), lengths.max() * 2, 50)
+        ax.loglog(span, c / np.sqrt(span), "k--", label=f"{c:.3g} / sqrt(L) (fitted)")
+        ax.legend(fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "no off-policy spread to show", ha="center", transform=ax.transAxes)
+    ax.set(
+        xlabel="response length L (mean in bucket, tokens)",
+        ylabel="std of log $s_i$ (pooled within steps)",
+        title="spread of log $s_i$ against length",
+    )
+    save(fig, plt, path)
+
+
+def plot_reward(log_history: list[dict], path: str) -> bool:
+    entries = [e for e in log_history if "reward" in e and "step" in e]
+    if not entries:
+        return False
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    steps = np.array([e["step"] for e in entries])
+    reward = np.array([e["reward"] for e in entries])
+    ax.plot(steps, reward, "o-", ms=3, label="mean reward")
+    if all("reward_std" in e for e in entries):
+        std = np.array([e["reward_std"] for e in entries])
+        ax.fill_between(steps, reward - std, reward + std, alpha=0.2, label="± std over the batch")
+    ax.set(xlabel="step", ylabel="reward", title="reward over steps")
+    ax.legend(fontsize=8)
+    save(fig, plt, path)
+    return True
+
+
+def save(fig, plt, path: str) -> None:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
