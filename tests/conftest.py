@@ -54,3 +54,23 @@ def tiny_config(output_dir, **overrides):
     )
     settings.update(overrides)
     return GSPOConfig(**settings)
+
+
+SCRIPTS = os.path.join(os.path.dirname(__file__), "scripts")
+
+
+def launch_two_cpu_processes(script_name: str, *args: str, cwd, timeout: int = 600) -> None:
+    """Run tests/scripts/SCRIPT_NAME in two CPU processes over gloo, as `accelerate launch` does.
+
+    accelerate 1.15 starts a single process for `--cpu --num_processes 2`; `--multi_gpu` on a machine without GPUs
+    starts two CPU processes. The scripts folder is on PYTHONPATH so that scripts can share helpers.
+    """
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+               "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+               os.path.join(SCRIPTS, script_name), *args]  # fmt: skip
+    env = dict(os.environ, PYTHONPATH=SCRIPTS)
+    result = subprocess.run(command, env=env, timeout=timeout, cwd=cwd, capture_output=True, text=True)
+    assert result.returncode == 0, f"{script_name} failed:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"

@@ -3,14 +3,11 @@
 import json
 import logging
 import math
-import os
 import re
-import subprocess
-import sys
 
 import pytest
 import torch
-from conftest import digit_count_reward, tiny_config
+from conftest import digit_count_reward, launch_two_cpu_processes, tiny_config
 
 from gspo_recipes import GSPOTrainer
 from gspo_recipes.calibrate import calibrate_epsilons
@@ -156,42 +153,15 @@ def test_automatic_calibration_and_resume(tmp_path, caplog):
     assert (again.epsilon_low, again.epsilon_high) == calibrated
 
 
-def launch_two_processes(script: str, *args: str, cwd) -> None:
-    """Two CPU processes over gloo (accelerate 1.15 starts one for `--cpu --num_processes 2`)."""
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "accelerate.commands.launch",
-            "--multi_gpu",
-            "--num_processes",
-            "2",
-            "--num_machines",
-            "1",
-            "--mixed_precision",
-            "no",
-            "--dynamo_backend",
-            "no",
-            script,
-            *args,
-        ],
-        check=True,
-        timeout=600,
-        cwd=cwd,
-        capture_output=True,
-    )
-
-
 @pytest.mark.slow
 def test_two_process_resume_calibrates_as_the_uninterrupted_run(tmp_path):
     """Both processes' samples survive the checkpoint, and each is counted once after resuming. (The range is fixed
     from the saved samples alone: training after a two-process resume is not bit-identical, so later samples
     could not be compared.)"""
-    script = os.path.join(os.path.dirname(__file__), "scripts", "two_process_calibration.py")
     full, resumed = tmp_path / "full.json", tmp_path / "resumed.json"
-    launch_two_processes(script, str(tmp_path / "run"), str(full), cwd=tmp_path)
+    launch_two_cpu_processes("two_process_calibration.py", str(tmp_path / "run"), str(full), cwd=tmp_path)
     state = json.loads((tmp_path / "run" / "checkpoint-4" / "gspo_calibration.json").read_text())
     # Steps 2-4 of the first generation batch are off-policy: 3 micro-steps x 8 responses x 2 processes.
     assert state["epsilons"] is None and len(state["log_s"]) == 48
-    launch_two_processes(script, str(tmp_path / "run"), str(resumed), "resume", cwd=tmp_path)
+    launch_two_cpu_processes("two_process_calibration.py", str(tmp_path / "run"), str(resumed), "resume", cwd=tmp_path)
     assert json.loads(resumed.read_text()) == json.loads(full.read_text())

@@ -5,12 +5,11 @@ import json
 import logging
 import math
 import os
-import subprocess
 import sys
 
 import pytest
 import torch
-from conftest import digit_count_reward, tiny_config
+from conftest import digit_count_reward, launch_two_cpu_processes, tiny_config
 from trl import GRPOConfig, GRPOTrainer
 
 from gspo_recipes import GSPOTrainer
@@ -322,33 +321,8 @@ def test_other_callbacks_add_sections_to_the_diagnostics_line(tmp_path, tiny, pr
 
 
 def test_two_processes_log_what_one_process_computes_over_the_same_responses(tmp_path):
-    # accelerate 1.15 starts a single process for `--cpu --num_processes 2`; `--multi_gpu` on a machine without
-    # GPUs starts two CPU processes over gloo.
     out = tmp_path / "metrics.json"
-    script = os.path.join(os.path.dirname(__file__), "scripts", "two_process_stats.py")
-    env = dict(os.environ, PYTHONPATH=os.path.dirname(script))
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "accelerate.commands.launch",
-            "--multi_gpu",
-            "--num_processes",
-            "2",
-            "--num_machines",
-            "1",
-            "--mixed_precision",
-            "no",
-            "--dynamo_backend",
-            "no",
-            script,
-            str(out),
-        ],
-        check=True,
-        env=env,
-        timeout=300,
-        cwd=tmp_path,
-    )
+    launch_two_cpu_processes("two_process_stats.py", str(out), cwd=tmp_path, timeout=300)
     result = json.loads(out.read_text())
     stats = ResponseStats()
     for rank in (0, 1):

@@ -4,7 +4,7 @@ import json
 
 import pytest
 import torch
-from conftest import digit_count_reward, tiny_config
+from conftest import digit_count_reward, launch_two_cpu_processes, tiny_config
 from trl import GRPOConfig, GRPOTrainer
 
 from gspo_recipes import GSPOConfig, GSPOTrainer, _trl
@@ -210,35 +210,9 @@ def test_old_routes_follow_trls_shuffle_and_split():
 
 @pytest.mark.slow
 def test_two_processes_sum_route_counts_before_dividing(tmp_path):
-    import os
-    import subprocess
-    import sys
-
     from gspo_recipes.moe.monitor import routing_shares
 
-    script = os.path.join(os.path.dirname(__file__), "scripts", "two_process_routing.py")
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "accelerate.commands.launch",
-            "--multi_gpu",
-            "--num_processes",
-            "2",
-            "--num_machines",
-            "1",
-            "--mixed_precision",
-            "no",
-            "--dynamo_backend",
-            "no",
-            script,
-            str(tmp_path),
-        ],
-        check=True,
-        timeout=600,
-        cwd=tmp_path,
-        capture_output=True,
-    )
+    launch_two_cpu_processes("two_process_routing.py", str(tmp_path), cwd=tmp_path)
     counts = [json.loads((tmp_path / f"counts_{rank}.json").read_text()) for rank in (0, 1)]
     history = [row for row in json.loads((tmp_path / "history.json").read_text()) if "gspo/routing/changed_frac" in row]
     assert len(history) == 4 and len(counts[0]) == len(counts[1]) == 4
