@@ -37,3 +37,14 @@ def test_version_is_written_once():
 def test_license_file_ships():
     assert (ROOT / "LICENSE").read_text().lstrip().startswith("Apache License")
     assert PYPROJECT["project"]["license"] == "Apache-2.0"
+
+
+def test_every_subpackage_is_listed_for_a_plain_install():
+    """CI installs non-editably: a subpackage missing from `packages` is missing for every user."""
+    listed = set(PYPROJECT["tool"]["setuptools"]["packages"])
+    found = {"gspo_recipes"} | {
+        "gspo_recipes." + ".".join(path.parent.relative_to(ROOT / "gspo_recipes").parts)
+        for path in (ROOT / "gspo_recipes").rglob("__init__.py")
+        if path.parent != ROOT / "gspo_recipes"
+    }
+    assert found <= listed, f"add to [tool.setuptools] packages: {sorted(found - listed)}"
