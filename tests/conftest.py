@@ -74,3 +74,24 @@ def launch_two_cpu_processes(script_name: str, *args: str, cwd, timeout: int = 6
     env = dict(os.environ, PYTHONPATH=SCRIPTS)
     result = subprocess.run(command, env=env, timeout=timeout, cwd=cwd, capture_output=True, text=True)
     assert result.returncode == 0, f"{script_name} failed:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
+
+
+def plain_grpo_config(output_dir, **overrides):
+    """A plain `trl.GRPOConfig` for the same CPU runs as `tiny_config` (for drop-in and conversion tests)."""
+    from trl import GRPOConfig
+
+    settings = dict(
+        output_dir=str(output_dir),
+        per_device_train_batch_size=8,
+        num_generations=4,
+        max_completion_length=8,
+        learning_rate=1e-3,
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+        use_cpu=True,
+        bf16=False,
+        seed=0,
+    )
+    settings.update(overrides)
+    return GRPOConfig(**settings)

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 import torch
-from conftest import digit_count_reward, launch_two_cpu_processes, tiny_config
-from trl import GRPOConfig, GRPOTrainer
+from conftest import digit_count_reward, launch_two_cpu_processes, plain_grpo_config, tiny_config
+from trl import GRPOTrainer
 
 from gspo_recipes import GSPOTrainer
 from gspo_recipes.callbacks import ClipFractionByLengthCallback, HealthWarnings, LogRatioHistogramCallback
@@ -186,25 +186,10 @@ def test_health_warning_one_sided_and_on_policy(caplog):
 
 def grpo_trainer(tmp_path, tiny, dataset, **overrides):
     model, tokenizer = tiny
-    cfg = GRPOConfig(
-        output_dir=str(tmp_path),
-        importance_sampling_level="sequence",
-        epsilon=3e-4,
-        epsilon_high=4e-4,
-        per_device_train_batch_size=8,
-        num_generations=4,
-        max_completion_length=8,
-        steps_per_generation=4,
-        max_steps=8,
-        learning_rate=1e-3,
-        logging_steps=1,
-        report_to="none",
-        save_strategy="no",
-        use_cpu=True,
-        bf16=False,
-        seed=0,
-        **overrides,
-    )
+    cfg = plain_grpo_config(
+        tmp_path, importance_sampling_level="sequence", epsilon=3e-4, epsilon_high=4e-4, steps_per_generation=4,
+        max_steps=8, **overrides,
+    )  # fmt: skip
     return GRPOTrainer(
         model=model, reward_funcs=digit_count_reward, args=cfg, train_dataset=dataset, processing_class=tokenizer
     )

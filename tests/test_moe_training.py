@@ -4,8 +4,8 @@ import json
 
 import pytest
 import torch
-from conftest import digit_count_reward, launch_two_cpu_processes, tiny_config
-from trl import GRPOConfig, GRPOTrainer
+from conftest import digit_count_reward, launch_two_cpu_processes, plain_grpo_config, tiny_config
+from trl import GRPOTrainer
 
 from gspo_recipes import GSPOConfig, GSPOTrainer, _trl
 from gspo_recipes.callbacks import RoutingVolatilityCallback
@@ -86,21 +86,7 @@ def test_dense_model_gets_no_routing_hook(tmp_path, tiny, prompt_dataset):
 
 def test_drop_in_on_plain_grpo_trainer(tmp_path, tiny_moe, prompt_dataset):
     model, tokenizer = tiny_moe
-    args = GRPOConfig(
-        output_dir=str(tmp_path),
-        per_device_train_batch_size=8,
-        num_generations=4,
-        max_completion_length=8,
-        max_steps=4,
-        steps_per_generation=4,
-        learning_rate=3e-2,
-        logging_steps=1,
-        report_to="none",
-        save_strategy="no",
-        use_cpu=True,
-        bf16=False,
-        seed=0,
-    )
+    args = plain_grpo_config(tmp_path, max_steps=4, steps_per_generation=4, learning_rate=3e-2)
     trainer = GRPOTrainer(
         model=model,
         reward_funcs=digit_count_reward,
@@ -272,15 +258,7 @@ def test_exactly_on_policy_setup_logs_zero_without_recording(tmp_path, tiny_moe,
 
 def test_replay_on_a_plain_grpo_trainer_without_old_pass_is_refused(tmp_path, tiny_moe, prompt_dataset):
     model, tokenizer = tiny_moe
-    args = GRPOConfig(
-        output_dir=str(tmp_path),
-        per_device_train_batch_size=8,
-        num_generations=4,
-        max_steps=1,
-        report_to="none",
-        use_cpu=True,
-        bf16=False,
-    )  # TRL's default: one optimizer step per rollout
+    args = plain_grpo_config(tmp_path, max_steps=1)  # TRL's default: one optimizer step per rollout
     trainer = GRPOTrainer(
         model=model,
         reward_funcs=digit_count_reward,
