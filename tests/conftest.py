@@ -34,24 +34,25 @@ def prompt_dataset():
     return Dataset.from_list([{"prompt": f"{a}+{b}="} for a in range(4) for b in range(4)])
 
 
+# What every tiny CPU run in the tests shares, for GSPOConfig and for a plain GRPOConfig alike.
+TINY_RUN = dict(
+    per_device_train_batch_size=8,
+    num_generations=4,
+    max_completion_length=8,
+    learning_rate=1e-3,
+    logging_steps=1,
+    report_to="none",
+    save_strategy="no",
+    use_cpu=True,
+    seed=0,
+)
+
+
 def tiny_config(output_dir, **overrides):
     """A GSPOConfig for a CPU run of a few seconds."""
     from gspo_recipes import GSPOConfig
 
-    settings = dict(
-        output_dir=str(output_dir),
-        per_device_train_batch_size=8,
-        num_generations=4,
-        max_completion_length=8,
-        max_steps=4,
-        learning_rate=1e-3,
-        logging_steps=1,
-        report_to="none",
-        save_strategy="no",
-        use_cpu=True,
-        seed=0,
-        temperature=1.0,
-    )
+    settings = dict(TINY_RUN, output_dir=str(output_dir), max_steps=4, temperature=1.0)
     settings.update(overrides)
     return GSPOConfig(**settings)
 
@@ -80,18 +81,6 @@ def plain_grpo_config(output_dir, **overrides):
     """A plain `trl.GRPOConfig` for the same CPU runs as `tiny_config` (for drop-in and conversion tests)."""
     from trl import GRPOConfig
 
-    settings = dict(
-        output_dir=str(output_dir),
-        per_device_train_batch_size=8,
-        num_generations=4,
-        max_completion_length=8,
-        learning_rate=1e-3,
-        logging_steps=1,
-        report_to="none",
-        save_strategy="no",
-        use_cpu=True,
-        bf16=False,
-        seed=0,
-    )
+    settings = dict(TINY_RUN, output_dir=str(output_dir), bf16=False)
     settings.update(overrides)
     return GRPOConfig(**settings)
