@@ -5,7 +5,7 @@ Drop-in for any TRL `GRPOTrainer` whose rewards include `code_execution` or `cod
 
     trainer.add_callback(RewardHackingCallback(trainer))
 
-The code rewards scan every completion's code (`gspo_recipes.rewards.hacking.scan_code`, AST only) and count the
+The code rewards scan every completion's code (`gspo_recipes.rewards.code.hacking.scan_code`, AST only) and count the
 findings in-process; at each logging step this callback drains those counts, sums them over processes, and stages
 `{"completions", "suspicious", "patterns": {name: count}}` as the `reward_hacking` section of that step's line in the
 diagnostics file. The reward itself logs the share as `rewards/<reward>/suspicious_frac`.
@@ -19,7 +19,7 @@ from collections import deque
 import torch
 from transformers import TrainerCallback
 
-from gspo_recipes.rewards.hacking import PATTERNS, SUSPICIOUS_COUNTS
+from gspo_recipes.rewards.code.hacking import PATTERNS, SUSPICIOUS_COUNTS
 
 logger = logging.getLogger(__name__)
 

@@ -9,8 +9,9 @@ import functools
 import pytest
 from reward_hacks import HACKS, WRONG
 
-from gspo_recipes.rewards import code, code_execution, code_execution_binary
-from gspo_recipes.rewards.sandbox import Limits
+from gspo_recipes.rewards import code_execution, code_execution_binary
+from gspo_recipes.rewards.code import reward
+from gspo_recipes.rewards.code.sandbox import Limits
 
 CORRECT = "def add(a, b):\n    return a + b\n"
 PARTIAL = "def add(a, b):\n    return a + b if a > 0 else 0\n"
@@ -122,10 +123,10 @@ def test_the_hacks_do_beat_the_in_process_harness():
         "always_equal_object",
         "int_subclass_equal_to_everything",
     ]
-    backend = code.resolve_backend(None)
+    backend = reward.resolve_backend(None)
     for name in forging:
-        [job] = code._fallback_jobs(HACKS[name], "asserts", ASSERTS[:3] + ASSERTS[4:], "", TIMEOUT_S, Limits())
-        passed, total = code._run_job(job, backend)
+        [job] = reward._fallback_jobs(HACKS[name], "asserts", ASSERTS[:3] + ASSERTS[4:], "", TIMEOUT_S, Limits())
+        passed, total = reward._run_job(job, backend)
         assert passed >= total - 1, name  # every test, or all but the isinstance guard
 
 
@@ -152,7 +153,7 @@ def test_tests_that_inspect_program_classes_fall_back_and_say_so(caplog):
     program = "class Node:\n    def __init__(self, v):\n        self.v = v\ndef make(v):\n    return Node(v)\n"
     tests = ["assert isinstance(make(3), Node)", "assert make(3).v == 3"]
     logged = {}
-    with caplog.at_level("INFO", logger="gspo_recipes.rewards.code"):
+    with caplog.at_level("INFO", logger="gspo_recipes.rewards.code.reward"):
         result = code_execution([program, program], tests=[tests, ["assert make(3).v == 3"]],
                                 log_metric=logged.__setitem__)  # fmt: skip
     assert result == [1.0, 1.0]

@@ -7,7 +7,7 @@ from reward_hacks import HACKS, WRONG
 
 from gspo_recipes.callbacks import RewardHackingCallback
 from gspo_recipes.rewards import code_execution, code_execution_binary
-from gspo_recipes.rewards.hacking import PATTERNS, SUSPICIOUS_COUNTS, scan_code
+from gspo_recipes.rewards.code.hacking import PATTERNS, SUSPICIOUS_COUNTS, scan_code
 
 HONEST = [
     WRONG,

@@ -7,7 +7,8 @@ import warnings
 
 import pytest
 
-from gspo_recipes.rewards import code_execution, code_execution_binary, extract_code, sandbox
+from gspo_recipes.rewards import code_execution, code_execution_binary, extract_code
+from gspo_recipes.rewards.code import sandbox
 
 ADD = "def add(a, b):\n    return a + b\n"
 SUB = "def add(a, b):\n    return a - b\n"

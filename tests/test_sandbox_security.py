@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from gspo_recipes.rewards import code, code_execution, pool, sandbox
+from gspo_recipes.rewards import code_execution, pool
+from gspo_recipes.rewards.code import reward, sandbox
 
 TIMEOUT_S = 0.5  # per test; a run's wall deadline is start-up allowance (1 s) + TIMEOUT_S * (tests + 1)
 SLACK_S = 1.5  # past a run's deadline, what killing and reaping may take on a loaded machine
@@ -39,10 +40,10 @@ def launch_log(tmp_path_factory):
     path = tmp_path_factory.mktemp("launches") / "sessions.txt"
     path.write_text("")
     os.environ["GSPO_SANDBOX_LAUNCH_LOG"] = str(path)
-    pool.get_pool(code._JUDGE_POOL).close()
+    pool.get_pool(reward._JUDGE_POOL).close()
     yield path
     del os.environ["GSPO_SANDBOX_LAUNCH_LOG"]
-    pool.get_pool(code._JUDGE_POOL).close()
+    pool.get_pool(reward._JUDGE_POOL).close()
 
 
 @pytest.fixture(params=[_backend_param(name) for name in sandbox.BACKENDS])
@@ -74,7 +75,7 @@ def _left_behind(sessions):
 
 def _our_processes():
     """This process and the judge processes: the ones that must reap what they started."""
-    judges = pool._pools.get(code._JUDGE_POOL)
+    judges = pool._pools.get(reward._JUDGE_POOL)
     return {os.getpid(), *(worker.process.pid for worker in (judges._workers if judges else []))}
 
 

@@ -19,8 +19,8 @@ _REGISTRY: dict[str, str] = {
     "format": "gspo_recipes.rewards.format:format_reward",
     "format_strict": "gspo_recipes.rewards.format:format_strict_reward",
     "soft_overlong_punishment": "gspo_recipes.rewards.length:soft_overlong_punishment",
-    "code_execution": "gspo_recipes.rewards.code:code_execution",
-    "code_execution_binary": "gspo_recipes.rewards.code:code_execution_binary",
+    "code_execution": "gspo_recipes.rewards.code.reward:code_execution",
+    "code_execution_binary": "gspo_recipes.rewards.code.reward:code_execution_binary",
 }
 
 

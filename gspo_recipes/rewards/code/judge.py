@@ -7,7 +7,7 @@ test or an expected value, and the count of passed tests is made here. Names the
 the dataset (helpers the prompt provides, the setup code, the tests themselves), Python's builtins and standard-library
 modules, and only then from the program.
 
-Runs in a `DeadlinePool` process (see `code.py`): per-test alarms work here, and a test that runs away takes down a
+Runs in a `DeadlinePool` process (see `reward.py`): per-test alarms work here, and a test that runs away takes down a
 pool worker, not the trainer.
 """
 

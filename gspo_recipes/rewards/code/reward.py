@@ -28,11 +28,11 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from ..pool import PoolUnavailable, get_pool
+from ..text import column, completion_text
 from .hacking import record_scan
 from .judge import STARTUP_ALLOWANCE_S, inspected_classes
-from .pool import PoolUnavailable, get_pool
 from .sandbox import Limits, SandboxUnavailable, resolve_backend, run_harness
-from .text import column, completion_text
 
 logger = logging.getLogger(__name__)
 
@@ -305,8 +305,8 @@ def _judge_in_pool(jobs: list[_Job], backend: str) -> list[tuple[int, int] | Non
     # The judge keeps its own deadlines; this one only catches a judge that hangs (a test that never returns).
     deadline = max(job.payload["limits"]["wall_s"] for job in jobs) * 1.5 + 5.0
     try:
-        pool = get_pool(_JUDGE_POOL, preload=["gspo_recipes.rewards.judge"])
-        verdicts = pool.map("gspo_recipes.rewards.judge:judge_tests", items, deadline_s=deadline, on_timeout=None)
+        pool = get_pool(_JUDGE_POOL, preload=["gspo_recipes.rewards.code.judge"])
+        verdicts = pool.map("gspo_recipes.rewards.code.judge:judge_tests", items, deadline_s=deadline, on_timeout=None)
     except PoolUnavailable:
         return [None] * len(jobs)
     return [tuple(verdict) if verdict is not None else None for verdict in verdicts]

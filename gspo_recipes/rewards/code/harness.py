@@ -14,7 +14,7 @@ Modes:
 
 In the fallback modes the harness exits with `nonce + number of tests passed`: the verdict is made inside the process
 that runs model code, which can reach the nonce and the tests (frames, `gc`) and forge it. They serve only rows whose
-tests inspect classes the program defines (see `code.py`), and the reward says so in its logs.
+tests inspect classes the program defines (see `reward.py`), and the reward says so in its logs.
 """
 
 
