@@ -40,6 +40,11 @@ def _run_harness():
     sys.path.extend(job.get("sys_path", []))  # started with -S: the environment's packages, without its .pth files
     for name, (soft, hard) in job["rlimits"].items():
         resource.setrlimit(getattr(resource, name), (soft, hard))
+    # Kernel objects that outlive the sandbox (keyrings, and SysV IPC where no IPC namespace confines it) are closed
+    # before the program starts; on an architecture the filter knows, a filter that cannot be installed stops the run.
+    filtered = globals()["install_syscall_filter"](block_sysv_ipc=not job.get("ipc_namespace", False))
+    if not filtered and os.uname().machine in globals()["_SECCOMP_ARCHES"]:
+        exit_now(3)
 
     mode = job["mode"]
     if mode == "serve":

@@ -86,6 +86,8 @@ def bwrap_prefix(uid: int, tmpfs_mb: int) -> list[str]:
     command += ["--tmpfs", "/", "--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc"]
     command += _system_dir_binds()
     command += ["--proc", "/proc", "--dev", "/dev"]
+    # A private /dev/shm (POSIX shared memory, multiprocessing's locks) that dies with the sandbox.
+    command += ["--size", str(tmpfs_mb << 20), "--perms", "1777", "--tmpfs", "/dev/shm"]
     command += ["--size", str(tmpfs_mb << 20), "--perms", "1777", "--tmpfs", "/tmp"]
     command += _python_binds()
     # Root's bwrap creates the directory as root; the uid it drops to must write there (it is private anyway).

@@ -48,7 +48,9 @@ from .isolation import (  # noqa: F401 (SANDBOX_UID_BASE, SANDBOX_UIDS: this mod
 
 BACKENDS = ("bwrap", "unshare", "plain")
 # The plain-data codec first: the harness's serve mode uses it (see wire.py and harness.py).
-_HARNESS_SOURCE = Path(__file__).with_name("wire.py").read_text() + Path(__file__).with_name("harness.py").read_text()
+# Then the syscall filter the harness installs on itself (syscall_filter.py).
+_HARNESS_SOURCE = "".join(Path(__file__).with_name(name).read_text() for name in ("wire.py", "syscall_filter.py",
+                                                                                  "harness.py"))  # fmt: skip
 # The interpreter starts without `site` (-S): processing the environment's .pth files is most of its start-up time.
 # Its package directories are put on sys.path by the harness instead, so model code can still import numpy & co.
 SITE_DIRS = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
@@ -186,7 +188,7 @@ def _python_command() -> list[str]:
 def _launch(backend, uid, job, stdin, limits, capture_stdout, capture_stderr) -> Execution:
     process, job_write, cleanup = _spawn(backend, uid, limits, (), stdin is not None, capture_stdout, capture_stderr)
     try:
-        job_bytes = json.dumps(job).encode()
+        job_bytes = json.dumps(dict(job, ipc_namespace=backend != "plain")).encode()
         return _supervise(process, job_write, job_bytes, stdin or b"", limits, namespaced=backend != "plain")
     finally:
         cleanup()

@@ -42,7 +42,7 @@ class SandboxWorker:
         os.close(request_read)
         os.close(reply_write)
         job = {"mode": "serve", "program": program, "per_test_s": per_test_s, "rlimits": limits.rlimits(),
-               "sys_path": sandbox.SITE_DIRS}  # fmt: skip
+               "sys_path": sandbox.SITE_DIRS, "ipc_namespace": self._namespaced}  # fmt: skip
         try:
             _write_all(job_write, json.dumps(job).encode())
         except OSError:

@@ -1,0 +1,126 @@
+"""Nothing survives an attempt: a first attempt writes state where it can, a second attempt in a new sandbox must find
+nothing (else a program could learn, attempt after attempt, which answers passed).
+
+Each probe is scored as `add(a, b)`, correct only when the state is found: the second attempt must score what an
+honest wrong answer scores (0.0). The same write and read inside one attempt shows that the probe does find its own
+state where the sandbox lets it write at all.
+"""
+
+import errno
+import secrets
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from gspo_recipes.rewards import code_execution
+from gspo_recipes.rewards.code import sandbox
+
+TESTS = ["assert add(1, 2) == 3"]
+LIBC = "import ctypes, os, socket, time\nlibc = ctypes.CDLL(None, use_errno=True)\nKEY = {key}\nNAME = '{name}'\n"
+# name: (write, expression that is True when the state is there)
+PROBES = {
+    "user_keyring": (
+        "libc.syscall(248, b'user', NAME.encode(), b'1', 1, -4)",  # add_key(..., KEY_SPEC_USER_KEYRING)
+        "libc.syscall(250, 10, -4, b'user', NAME.encode(), 0) > 0",  # keyctl(KEYCTL_SEARCH, user keyring, ...)
+    ),
+    "persistent_keyring": (
+        "k = libc.syscall(250, 22, -1, -4); k > 0 and libc.syscall(248, b'user', NAME.encode(), b'1', 1, k)",
+        "libc.syscall(250, 22, -1, 0) > 0 and libc.syscall(250, 10, libc.syscall(250, 22, -1, 0), b'user', "
+        "NAME.encode(), 0) > 0",
+    ),
+    "sysv_shm": ("libc.shmget(KEY, 4096, 0o1666)", "libc.shmget(KEY, 0, 0) >= 0"),
+    "sysv_semaphore": ("libc.semget(KEY, 1, 0o1666)", "libc.semget(KEY, 0, 0) >= 0"),
+    "sysv_message_queue": ("libc.msgget(KEY, 0o1666)", "libc.msgget(KEY, 0) >= 0"),
+    "posix_message_queue": (
+        "libc.mq_open(('/' + NAME).encode(), os.O_CREAT | os.O_RDWR, 0o666, None)",
+        "libc.mq_open(('/' + NAME).encode(), os.O_RDWR) >= 0",
+    ),
+    "posix_shm_file": ("open('/dev/shm/' + NAME, 'w').close()", "os.path.exists('/dev/shm/' + NAME)"),
+    "tmp_file": ("open('/tmp/' + NAME, 'w').close()", "os.path.exists('/tmp/' + NAME)"),
+    "var_tmp_file": ("open('/var/tmp/' + NAME, 'w').close()", "os.path.exists('/var/tmp/' + NAME)"),
+    "home_file": (
+        "open(os.path.expanduser('~/') + NAME, 'w').close()",
+        "os.path.exists(os.path.expanduser('~/') + NAME)",
+    ),
+    "abstract_socket_daemon": (
+        textwrap.dedent(
+            """\
+            if os.fork() == 0:
+                os.setsid()
+                if os.fork() == 0:
+                    server = socket.socket(socket.AF_UNIX)
+                    server.bind('\\0' + NAME)
+                    server.listen(1)
+                    time.sleep(60)
+                os._exit(0)
+            time.sleep(0.3)"""
+        ),
+        "socket.socket(socket.AF_UNIX).connect_ex('\\0' + NAME) == 0",
+    ),
+}
+# What each backend promises: bwrap everything; unshare no files (the host filesystem is visible); plain only what
+# the syscall filter refuses (it has no namespaces).
+KERNEL_GLOBAL = {"user_keyring", "persistent_keyring"}
+PROMISED = {
+    "bwrap": set(PROBES),
+    "unshare": set(PROBES) - {"posix_shm_file", "tmp_file", "var_tmp_file", "home_file"},
+    "plain": KERNEL_GLOBAL | {"sysv_shm", "sysv_semaphore", "sysv_message_queue"},
+}
+# bwrap's root is read-only: /var/tmp refuses the write itself.
+REFUSED = {"bwrap": KERNEL_GLOBAL | {"var_tmp_file"}, "unshare": KERNEL_GLOBAL, "plain": PROMISED["plain"]}
+
+
+def _program(name: str, token: str, write: bool, read: bool) -> str:
+    write_code, found = PROBES[name]
+    source = LIBC.format(key=int(token[:7], 16) + 1, name=f"gspo-probe-{token}")
+    if write:
+        source += f"try:\n{textwrap.indent(write_code, '    ')}\nexcept Exception:\n    pass\n"
+    source += f"try:\n    found = bool({found if read else 'False'})\nexcept Exception:\n    found = False\n"
+    return source + "def add(a, b):\n    return a + b if found else a - b\n"
+
+
+def _backends():
+    return [pytest.param(name, marks=pytest.mark.skipif(not sandbox._works(name), reason=f"no {name} here"))
+            for name in sandbox.BACKENDS]  # fmt: skip
+
+
+@pytest.mark.parametrize("backend", _backends())
+def test_a_second_attempt_finds_nothing_the_first_one_wrote(backend):
+    token = secrets.token_hex(6)
+    names = sorted(PROMISED[backend])
+    first = code_execution([_program(n, token, True, False) for n in names], tests=[TESTS] * len(names),
+                           backend=backend)  # fmt: skip
+    assert first == [0.0] * len(names)
+    second = code_execution([_program(n, token, False, True) for n in names], tests=[TESTS] * len(names),
+                            backend=backend)  # fmt: skip
+    assert dict(zip(names, second)) == dict.fromkeys(names, 0.0)
+
+
+@pytest.mark.parametrize("backend", _backends())
+def test_the_probes_find_their_own_state_within_one_attempt(backend):
+    """So that a 0 above means isolation, not a broken probe; the refused calls write nothing even within one."""
+    token = secrets.token_hex(6)
+    names = sorted(PROMISED[backend])
+    scores = code_execution([_program(n, token, True, True) for n in names], tests=[TESTS] * len(names),
+                            backend=backend)  # fmt: skip
+    assert dict(zip(names, scores)) == {n: 0.0 if n in REFUSED[backend] else 1.0 for n in names}
+
+
+def test_the_filter_is_what_refuses_the_keyring():
+    """The same add_key that works in a plain process here fails with EPERM once the harness's filter is installed."""
+    from gspo_recipes.rewards.code import syscall_filter
+
+    # A fresh session keyring first (keyctl JOIN_SESSION_KEYRING), so the test's key dies with its process.
+    attempt = "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.syscall(250, 1, None)\n{}" + (
+        "r = libc.syscall(248, b'user', b'gspo-filter-test', b'1', 1, -3)\nprint(r > 0, ctypes.get_errno())\n"
+    )
+    run = lambda code: subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)  # noqa: E731
+    if run(attempt.format("")).stdout.split()[:1] != ["True"]:
+        pytest.skip("this machine refuses keyrings to every process (a container's seccomp profile)")
+    filtered = f"import sys\nsys.path.insert(0, {str(Path(syscall_filter.__file__).parent)!r})\n" + (
+        "from syscall_filter import install_syscall_filter\nassert install_syscall_filter(False)\n"
+    )
+    assert run(attempt.format(filtered)).stdout.split() == ["False", str(errno.EPERM)]
