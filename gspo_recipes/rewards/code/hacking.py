@@ -54,11 +54,14 @@ _COMPARISONS = {"__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__b
 
 
 def scan_code(source: str) -> set[str]:
-    """The names (from `PATTERNS`) of the reward-hacking moves `source` makes; empty when it does not parse."""
+    """The names (from `PATTERNS`) of the reward-hacking moves `source` makes; empty when it does not parse.
+    Raises `ScanFailed` when the parser itself gives way (3,000 nested `-` signs, chained `lambda:`s)."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
         return set()
+    except (RecursionError, MemoryError) as error:
+        raise ScanFailed(type(error).__name__) from None
     found: set[str] = set()
     modules = {(alias.asname or alias.name).split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
                for alias in node.names}  # fmt: skip
@@ -80,6 +83,10 @@ def scan_code(source: str) -> set[str]:
     for node in tree.body:  # top level only: a local `max = 0` inside a function shadows nothing the tests use
         found |= _shadowing(node)
     return found
+
+
+class ScanFailed(Exception):
+    """The code could not be scanned: no honest program exhausts the parser."""
 
 
 def _root_name(node: ast.AST | None) -> str | None:
@@ -223,10 +230,19 @@ class SuspiciousCounts:
 SUSPICIOUS_COUNTS = SuspiciousCounts()
 
 
-def record_scan(reward: str, programs: list[str], log_metric=None) -> list[set[str]]:
-    """Scan `programs`, add the findings to `SUSPICIOUS_COUNTS` and log `rewards/<reward>/suspicious_frac`."""
-    findings = [scan_code(program) for program in programs]
-    SUSPICIOUS_COUNTS.add(reward, findings)
+def record_scan(reward: str, programs: list[str], log_metric=None) -> list[set[str] | None]:
+    """Scan `programs`, add the findings to `SUSPICIOUS_COUNTS` and log `rewards/<reward>/suspicious_frac`. A program
+    the scan cannot read gets None (the reward scores it 0) and counts as suspicious."""
+    findings = [_scan_alone(program) for program in programs]
+    counted = [found if found is not None else set() for found in findings]
+    SUSPICIOUS_COUNTS.add(reward, counted)
     if log_metric is not None and findings:
-        log_metric(f"rewards/{reward}/suspicious_frac", sum(bool(f) for f in findings) / len(findings))
+        log_metric(f"rewards/{reward}/suspicious_frac", sum(f is None or bool(f) for f in findings) / len(findings))
     return findings
+
+
+def _scan_alone(program: str) -> set[str] | None:
+    try:
+        return scan_code(program)
+    except Exception:  # noqa: BLE001 (ScanFailed, or a scanner bug on odd input: this completion's problem alone)
+        return None

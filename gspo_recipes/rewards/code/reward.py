@@ -1,27 +1,34 @@
 """Code rewards: run the completion's Python against the row's tests, in the sandbox, in parallel.
 
 Test columns (one of them per row; MBPP's `test_list`, HumanEval's `test` and APPS' `input_output` also work):
-  tests     a list of assert statements (MBPP), each scored on its own; or one test script that raises on failure
-            (HumanEval: `def check(candidate): ...`, followed by `check(<entry_point>)`, added when missing).
+  tests     a list of assert statements (MBPP), each scored on its own; or one test script in one of the shapes
+            `shapes.py` lists: HumanEval's `def check(candidate)` (called with `entry_point`, or with the function
+            the prompt or program defines last), `unittest.TestCase` classes (BigCodeBench), pytest-style
+            `def test_...()` functions, or a plain script of asserts.
   io_tests  stdin/stdout pairs (APPS, CodeContests): a list of {"input", "output"} dicts, or {"inputs": [...],
             "outputs": [...]}, or either as a JSON string. The whole output must match, line by line, after trailing
             whitespace is stripped; every case runs in its own process.
+  helpers   (optional) code the tests use beside the program (HumanEval/32's `poly`): keep HumanEval's original
+            `prompt` here. Without it, the prompt the model saw (TRL's `prompts`) is read for code.
 
 Who decides. Test rows are judged by `judge.py` in a pool process that never runs model code; the program runs in a
 sandboxed worker that only answers calls with plain data, and never sees a test, an expected value or the verdict.
-io rows: the program's stdout is compared here. Rows whose tests inspect classes the program defines
+The judge fails closed: a test passes only when it ran to its end, called the program, and compared only data the
+judge decoded. io rows: the program's stdout is compared here. Rows whose tests inspect classes the program defines
 (`isinstance(x, Node)`) cannot be judged on data; they fall back to running the tests inside the sandbox beside the
 program (weaker: see `harness.py`), which the reward logs, and counts in `rewards/<reward>/fallback_frac`.
 
-Every completion's code is also scanned for reward-hacking moves (`hacking.py`): `rewards/<reward>/suspicious_frac`.
+None only when no sandbox could run, or the row has no tests that compile (the same for every completion of it);
+everything else that goes wrong with one completion (its scan, its plan, its judgement) is that completion's 0.
+Dataset problems the judge sees are logged and counted: `rewards/<reward>/uncalled_frac` (rows with a test that never
+calls the program), `missing_helper_frac`, `setup_error_frac`. Every completion's code is also scanned for
+reward-hacking moves (`hacking.py`): `rewards/<reward>/suspicious_frac`.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import re
 import secrets
 import threading
 from collections.abc import Callable
@@ -31,49 +38,20 @@ from typing import Any
 from ..pool import PoolUnavailable, get_pool
 from ..text import column, completion_text
 from .hacking import record_scan
-from .judge import STARTUP_ALLOWANCE_S, inspected_classes
+from .plan import Job, Unjudgeable, dataset_helpers, extract_code, plan_row
 from .sandbox import Limits, SandboxUnavailable, resolve_backend, run_harness
+
+__all__ = ["code_execution", "code_execution_binary", "extract_code"]
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_S = 5.0
 _JUDGE_POOL = "code-judge"
-_MAX_TESTS_PER_RUN = 64  # fallback only: exit statuses are 8 bits: nonce + passed must stay clear of the reserved codes
+_COLUMNS = ("tests", "io_tests", "entry_point", "test_setup_code", "helpers")
 
 # Codes a run can end with without passing anything: normal and error exits, exec failures, 128 + signal.
 _RESERVED_EXIT_CODES = frozenset({0, 1, 2, 126, 127, *range(128, 160)})
-
-_PYTHON_FENCES = {"python", "python3", "py", "py3"}
-
-
-def extract_code(text: str) -> str:
-    """The last fenced Python block (```python, ```py...), else the last untagged fence, else the whole text.
-
-    A block left open at the end (a truncated completion) runs to the end of the text.
-    """
-    blocks = _fenced_blocks(text)
-    for wanted in (_PYTHON_FENCES, {""}):
-        bodies = [body for language, body in blocks if language in wanted]
-        if bodies:
-            return bodies[-1]
-    return text
-
-
-def _fenced_blocks(text: str) -> list[tuple[str, str]]:
-    blocks, language, body = [], "", None
-    for line in text.splitlines(keepends=True):
-        fence = line.strip()
-        if body is None:
-            if fence.startswith("```"):
-                language, body = fence[3:].strip().lower(), []
-        elif fence == "```":
-            blocks.append((language, "".join(body)))
-            body = None
-        else:
-            body.append(line)
-    if body is not None:
-        blocks.append((language, "".join(body)))
-    return blocks
+_FAILED = "failed"  # a completion whose scan, plan or judgement failed: scored 0
 
 
 def code_execution(
@@ -82,6 +60,7 @@ def code_execution(
     io_tests: list | None = None,
     entry_point: list | None = None,
     test_setup_code: list | None = None,
+    helpers: list | None = None,
     *,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     memory_mb: int = 1024,
@@ -93,199 +72,134 @@ def code_execution(
 
     `None` when the row cannot be judged: no tests, tests that do not compile, or no working sandbox. `timeout_s` is
     the budget of each test (the program's own start-up gets one more); see the module docstring for test formats.
-    `log_metric` is TRL's (it passes one to reward functions); `prompts` (TRL passes them too) provide the helper
-    functions a HumanEval prompt defines, taken from its last fenced code block.
+    `log_metric` is TRL's (it passes one to reward functions); `helpers` (or else `prompts`, which TRL passes too)
+    provide the helper functions a HumanEval prompt defines.
     """
-    return _score(completions, "code_execution", tests, io_tests, entry_point, test_setup_code, timeout_s, memory_mb,
-                  backend, log_metric, kwargs)  # fmt: skip
+    columns = (tests, io_tests, entry_point, test_setup_code, helpers)
+    return _score(completions, "code_execution", columns, timeout_s, memory_mb, backend, log_metric, kwargs)
 
 
 def code_execution_binary(
     completions: list, *, log_metric: Callable[[str, float], None] | None = None, **kwargs: Any
 ) -> list[float | None]:
     """1.0 when the completion's code passes every test of the row, else 0.0 (`None` as in `code_execution`)."""
-    columns = {key: kwargs.pop(key, None) for key in ("tests", "io_tests", "entry_point", "test_setup_code")}
+    columns = tuple(kwargs.pop(key, None) for key in _COLUMNS)
     options = {key: kwargs.pop(key) for key in ("timeout_s", "memory_mb", "backend") if key in kwargs}
-    timeout_s = options.get("timeout_s", DEFAULT_TIMEOUT_S)
-    scores = _score(completions, "code_execution_binary", *columns.values(), timeout_s,
+    scores = _score(completions, "code_execution_binary", columns, options.get("timeout_s", DEFAULT_TIMEOUT_S),
                     options.get("memory_mb", 1024), options.get("backend"), log_metric, kwargs)  # fmt: skip
     return [None if score is None else float(score == 1.0) for score in scores]
 
 
-def _score(completions, reward, tests, io_tests, entry_point, setup, timeout_s, memory_mb, backend, log_metric,
-           kwargs) -> list[float | None]:  # fmt: skip
+def _score(completions, reward, columns, timeout_s, memory_mb, backend, log_metric, kwargs) -> list[float | None]:
     n = len(completions)
+    tests, io_tests, entry_point, setup, helpers = columns
     # The columns under the names the datasets themselves use: MBPP's test_list, HumanEval's test, APPS' input_output.
     tests = tests if tests is not None else kwargs.get("test_list", kwargs.get("test"))
     io_tests = io_tests if io_tests is not None else kwargs.get("input_output")
     programs = [extract_code(completion_text(c)) for c in completions]
-    rows = zip(programs, column(tests, n), column(io_tests, n), column(entry_point, n), column(setup, n),
-               column(kwargs.get("prompts"), n))  # fmt: skip
+    findings = record_scan(reward, programs, log_metric)
     limits = Limits(memory_mb=memory_mb)
-    plans = [_plan(*row, timeout_s, limits) for row in rows]
-    record_scan(reward, programs, log_metric)
+    plans = []
+    rows = zip(programs, column(tests, n), column(io_tests, n), column(entry_point, n), column(setup, n),
+               column(helpers, n), column(kwargs.get("prompts"), n), findings)  # fmt: skip
+    for index, (program, row_tests, row_io, entry, row_setup, row_helpers, prompt, found) in enumerate(rows):
+        plans.append(_plan(index, program, row_tests, row_io, entry, row_setup, row_helpers, prompt, found, timeout_s,
+                           limits, reward))  # fmt: skip
     try:
-        backend = resolve_backend(backend) if any(plans) else backend
+        backend = resolve_backend(backend) if any(isinstance(plan, list) for plan in plans) else backend
     except SandboxUnavailable:
         return [None] * n
     outcomes = _run_plans(plans, backend)
-    judged = [plan for plan in plans if plan]
-    fallbacks = sum(plan[0].kind == "tests" for plan in judged)
-    if fallbacks:
-        _log_fallback(reward, fallbacks)
-    if log_metric is not None and judged:
-        log_metric(f"rewards/{reward}/fallback_frac", fallbacks / len(judged))
+    _report(reward, plans, outcomes, log_metric)
     scores: list[float | None] = []
-    for row_outcomes in outcomes:
-        if row_outcomes is None or any(outcome is None for outcome in row_outcomes):
+    for plan, row_outcomes in zip(plans, outcomes):
+        if plan == _FAILED:
+            scores.append(0.0)
+        elif row_outcomes is None or any(outcome is None for outcome in row_outcomes):
             scores.append(None)
         else:
-            scores.append(sum(passed for passed, _ in row_outcomes) / sum(total for _, total in row_outcomes))
+            scores.append(sum(o[0] for o in row_outcomes) / sum(o[1] for o in row_outcomes))
     return scores
 
 
-_fallback_warned = False
-
-
-def _log_fallback(reward: str, rows: int) -> None:
-    global _fallback_warned
-    level = logging.INFO if _fallback_warned else logging.WARNING
-    _fallback_warned = True
-    logger.log(
-        level,
-        "%s: %d row(s) judged in the weaker fallback (tests inside the sandbox, beside the model's code, which can "
-        "forge the verdict) because their tests inspect classes the program defines; see rewards/%s/fallback_frac",
-        reward, rows, reward,
-    )  # fmt: skip
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Planning: one row becomes one or more sandbox jobs.
-
-
-class _Job:
-    """One unit of work: kind "judge" (a row's tests, in the judge pool), "io" (one stdin/stdout case) or "tests"
-    (the fallback: a chunk of tests run by the harness beside the program)."""
-
-    __slots__ = ("expected", "kind", "limits", "payload", "stdin", "total")
-
-    def __init__(self, kind, payload, total, limits, stdin=None, expected=None):
-        self.kind, self.payload, self.total, self.limits = kind, payload, total, limits
-        self.stdin, self.expected = stdin, expected
-
-
-def _plan(program, tests, io_tests, entry_point, setup, prompt, timeout_s, limits) -> list[_Job] | None:
+def _plan(index, program, tests, io_tests, entry_point, setup, helpers, prompt, found, timeout_s, limits, reward):
+    """The row's jobs; None for a row no completion can be judged on; `_FAILED` when this completion broke a step."""
+    if found is None:  # the scan could not read the program (a parser bomb): nothing honest looks like that
+        _log_failure(reward, index, "the hacking scan could not parse the program")
+        return _FAILED
     try:
-        return _plan_row(program, tests, io_tests, entry_point, setup, prompt, timeout_s, limits)
-    except (ValueError, TypeError, KeyError, AttributeError):  # malformed test data: the row cannot be judged
+        blocks = dataset_helpers(helpers, prompt) if io_tests is None else []
+        return plan_row(program, tests, io_tests, entry_point, setup, blocks, timeout_s, limits)
+    except Unjudgeable:
         return None
+    except Exception as error:  # noqa: BLE001 (one completion's failure is its own 0, never the batch's)
+        _log_failure(reward, index, f"planning failed: {type(error).__name__}: {error}")
+        return _FAILED
 
 
-def _plan_row(program, tests, io_tests, entry_point, setup, prompt, timeout_s, limits) -> list[_Job] | None:
-    if io_tests is not None:
-        cases = _io_cases(io_tests)
-        if not cases:
-            return None
-        wall = STARTUP_ALLOWANCE_S + timeout_s
-        io_limits = _with_wall(limits, wall)
-        job = {"mode": "io", "program": program}
-        return [_Job("io", job, 1, io_limits, stdin=inp.encode(), expected=out) for inp, out in cases]
-    if tests is None:
-        return None
-    if isinstance(tests, str) and tests.lstrip().startswith("["):
-        try:
-            tests = json.loads(tests)
-        except json.JSONDecodeError:
-            pass
-    if isinstance(tests, str):
-        mode, statements = "script", [_with_check_call(tests, entry_point)]
-    else:
-        mode, statements = "asserts", [str(t) for t in tests]
-    if not statements or not _compiles(statements, setup):
-        return None
-    helpers = _prompt_code(prompt) if entry_point else ""
-    if inspected_classes([*statements, setup or "", helpers]):
-        return _fallback_jobs(program, mode, statements, setup, timeout_s, limits)
-    # CPU for the whole row (restarts after crashes included); the judge enforces the per-test deadlines itself.
-    wall = (STARTUP_ALLOWANCE_S + timeout_s) * (len(statements) + 1)
-    job = {"program": program, "tests": statements, "entry_point": entry_point, "setup": setup or "",
-           "helpers": helpers, "per_test_s": timeout_s, "limits": _with_wall(limits, wall).__dict__}  # fmt: skip
-    return [_Job("judge", job, len(statements), limits)]
+_warned: set[str] = set()
 
 
-def _fallback_jobs(program, mode, statements, setup, timeout_s, limits) -> list[_Job]:
-    jobs = []
-    for start in range(0, len(statements), _MAX_TESTS_PER_RUN):
-        chunk = statements[start : start + _MAX_TESTS_PER_RUN]
-        job = {"mode": mode, "program": program, "tests": chunk, "setup": setup or "", "per_test_s": timeout_s}
-        wall = STARTUP_ALLOWANCE_S + timeout_s * (len(chunk) + 1)
-        jobs.append(_Job("tests", job, len(chunk), _with_wall(limits, wall)))
-    return jobs
+def _warn_once(key: str, message: str, *args) -> None:
+    """WARNING the first time per kind of problem, INFO after: a long run logs each problem once, loudly."""
+    logger.log(logging.INFO if key in _warned else logging.WARNING, message, *args)
+    _warned.add(key)
 
 
-def _prompt_code(prompt: Any) -> str:
-    """The last fenced Python block of the prompt's last user message: the helpers a HumanEval prompt defines."""
-    if isinstance(prompt, (list, tuple)):
-        users = [m for m in prompt if isinstance(m, dict) and m.get("role") == "user"]
-        prompt = users[-1].get("content") if users else None
-    if not isinstance(prompt, str):
-        return ""
-    blocks = [body for language, body in _fenced_blocks(prompt) if language in _PYTHON_FENCES | {""}]
-    if not blocks or not _compiles([blocks[-1]], None):
-        return ""
-    return blocks[-1]
+def _log_failure(reward: str, index: int, why: str) -> None:
+    _warn_once("failure", "%s: completion %d scores 0: %s", reward, index, why)
 
 
-def _with_check_call(script: str, entry_point: str | None) -> str:
-    calls_check = re.search(r"^check\s*\(", script, re.MULTILINE)
-    if entry_point and not calls_check:
-        return f"{script}\n\ncheck({entry_point})\n"
-    return script
-
-
-def _compiles(statements: list[str], setup: str | None) -> bool:
-    # The tests come from the dataset: one that does not compile makes the row unjudgeable, not the answer wrong.
-    try:
-        for source in [*statements, setup or ""]:
-            compile(source, "<test>", "exec")
-    except (SyntaxError, ValueError):
-        return False
-    return True
-
-
-def _io_cases(io_tests: Any) -> list[tuple[str, str]]:
-    if isinstance(io_tests, str):
-        io_tests = json.loads(io_tests)
-    if isinstance(io_tests, dict):
-        inputs = io_tests.get("inputs", io_tests.get("input", []))
-        outputs = io_tests.get("outputs", io_tests.get("output", []))
-        pairs = list(zip(inputs, outputs))
-    else:
-        # A case without its expected output is malformed (KeyError), not "expects nothing".
-        pairs = [
-            (case.get("input", case.get("stdin", "")), case["output"] if "output" in case else case["stdout"])
-            for case in io_tests
-        ]
-    return [(_as_text(inp), _as_text(out)) for inp, out in pairs]
-
-
-def _as_text(value: Any) -> str:
-    return "\n".join(map(str, value)) if isinstance(value, list) else str(value)
-
-
-def _with_wall(limits: Limits, wall_s: float) -> Limits:
-    return Limits(**{**limits.__dict__, "wall_s": wall_s})
+def _report(reward, plans, outcomes, log_metric) -> None:
+    """Metrics and warnings for what the judge found wrong with the rows (dataset defects, not model successes)."""
+    judged = [(i, plan, outs) for i, (plan, outs) in enumerate(zip(plans, outcomes)) if isinstance(plan, list)]
+    if not judged:
+        return
+    fallbacks = sum(plan[0].kind == "tests" for _, plan, _ in judged)
+    if fallbacks:
+        _warn_once("fallback", "%s: %d row(s) judged in the weaker fallback (tests inside the sandbox, beside the "
+                   "model's code, which can forge the verdict) because their tests inspect classes the program "
+                   "defines; see rewards/%s/fallback_frac", reward, fallbacks, reward)  # fmt: skip
+    problems = {"uncalled": 0, "missing_helper": 0, "setup_error": 0}
+    for index, _, outs in judged:
+        reports = [o[2] for o in outs or [] if o is not None and len(o) > 2]
+        if any(r.get("uncalled") for r in reports):
+            problems["uncalled"] += 1
+            _warn_once("uncalled", "%s: row of completion %d: a test ran to its end without calling the program "
+                       "(a HumanEval `check` with no entry_point? unittest classes or test_ functions nothing runs?): "
+                       "it scores 0, as a test that can tell nothing; see rewards/%s/uncalled_frac", reward, index,
+                       reward)  # fmt: skip
+        missing = sorted({name for r in reports for name in r.get("missing_helpers", [])})
+        if missing:
+            problems["missing_helper"] += 1
+            _warn_once("missing_helper", "%s: row of completion %d: the tests use %s, which no dataset column "
+                       "defines (or whose helper block fails to run); the program's version is never used, so those "
+                       "tests fail. Pass the code as a `helpers` column (HumanEval: the original `prompt`)", reward,
+                       index, ", ".join(missing))  # fmt: skip
+        errors = [r["setup_error"] for r in reports if r.get("setup_error")]
+        if errors:
+            problems["setup_error"] += 1
+            _warn_once("setup_error", "%s: row of completion %d: the row's setup code fails before any call into "
+                       "the program (%s): every test fails", reward, index, errors[0])  # fmt: skip
+        failures = [r["judge_error"] for r in reports if r.get("judge_error")]
+        if failures:
+            _log_failure(reward, index, f"the judge failed: {failures[0]}")
+    if log_metric is not None:
+        log_metric(f"rewards/{reward}/fallback_frac", fallbacks / len(judged))
+        for name, count in problems.items():
+            log_metric(f"rewards/{reward}/{name}_frac", count / len(judged))
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # Running
 
 
-def _run_plans(plans: list[list[_Job] | None], backend: str) -> list[list | None]:
+def _run_plans(plans: list, backend: str) -> list[list | None]:
     """Every job's (passed, run), row by row: io and fallback jobs on threads, judged rows in the judge pool, both at
     once."""
     futures = {}
     judged = []
+    plans = [plan if isinstance(plan, list) else None for plan in plans]
     for row, plan in enumerate(plans):
         for index, job in enumerate(plan or []):
             if job.kind == "judge":
@@ -298,7 +212,7 @@ def _run_plans(plans: list[list[_Job] | None], backend: str) -> list[list | None
     return [None if not plan else [results[row, index] for index in range(len(plan))] for row, plan in enumerate(plans)]
 
 
-def _judge_in_pool(jobs: list[_Job], backend: str) -> list[tuple[int, int] | None]:
+def _judge_in_pool(jobs: list[Job], backend: str) -> list[tuple | None]:
     if not jobs:
         return []
     items = [(dict(job.payload, backend=backend),) for job in jobs]
@@ -306,13 +220,21 @@ def _judge_in_pool(jobs: list[_Job], backend: str) -> list[tuple[int, int] | Non
     deadline = max(job.payload["limits"]["wall_s"] for job in jobs) * 1.5 + 5.0
     try:
         pool = get_pool(_JUDGE_POOL, preload=["gspo_recipes.rewards.code.judge"])
-        verdicts = pool.map("gspo_recipes.rewards.code.judge:judge_tests", items, deadline_s=deadline, on_timeout=None)
+        verdicts = pool.map("gspo_recipes.rewards.code.judge:judge_tests", items, deadline_s=deadline,
+                            on_timeout=_OVERRAN, on_error=_BROKE)  # fmt: skip
     except PoolUnavailable:
         return [None] * len(jobs)
-    return [tuple(verdict) if verdict is not None else None for verdict in verdicts]
+    # A judge that overran its deadline or broke was sent into work no alarm interrupts (C-level loops over the
+    # program's data) or broken by it: the program's 0, never a None the advantage would leave out.
+    return [(0, job.total, {"judge_error": verdict}) if verdict in (_OVERRAN, _BROKE) else
+            (tuple(verdict) if verdict is not None else None) for job, verdict in zip(jobs, verdicts)]  # fmt: skip
 
 
-def _run_job(job: _Job, backend: str | None) -> tuple[int, int] | None:
+_OVERRAN = "the judge overran its deadline and was killed"
+_BROKE = "the judge raised"
+
+
+def _run_job(job: Job, backend: str | None) -> tuple[int, int] | None:
     """(tests passed, tests run), or None when the sandbox itself failed."""
     try:
         if job.kind == "io":
@@ -325,6 +247,9 @@ def _run_job(job: _Job, backend: str | None) -> tuple[int, int] | None:
         return (passed if 0 <= passed <= job.total and not result.timed_out else 0), job.total
     except (SandboxUnavailable, OSError):
         return None
+    except Exception as error:  # noqa: BLE001 (one completion's failure is its own 0, never the batch's)
+        _log_failure("code_execution", -1, f"a sandbox job failed: {type(error).__name__}: {error}")
+        return 0, job.total
 
 
 def _same_output(actual: str, expected: str) -> bool:

@@ -1,0 +1,181 @@
+"""Planning: a completion and its dataset row become sandbox jobs (a judged row, stdin/stdout cases, or fallback
+chunks), and the dataset's helper code is found. Parsing only; nothing runs here.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from typing import Any
+
+from .judge import inspected_classes
+from .remote import STARTUP_ALLOWANCE_S
+from .sandbox import Limits
+from .shapes import Shape, script_shape
+
+MAX_TESTS_PER_RUN = 64  # fallback only: exit statuses are 8 bits: nonce + passed must stay clear of the reserved codes
+_PYTHON_FENCES = {"python", "python3", "py", "py3"}
+
+
+class Unjudgeable(ValueError):
+    """The row's test data is missing or malformed: no completion of it can be judged."""
+
+
+def extract_code(text: str) -> str:
+    """The last fenced Python block (```python, ```py...), else the last untagged fence, else the whole text.
+
+    A block left open at the end (a truncated completion) runs to the end of the text.
+    """
+    blocks = fenced_blocks(text)
+    for wanted in (_PYTHON_FENCES, {""}):
+        bodies = [body for language, body in blocks if language in wanted]
+        if bodies:
+            return bodies[-1]
+    return text
+
+
+def fenced_blocks(text: str) -> list[tuple[str, str]]:
+    blocks, language, body = [], "", None
+    for line in text.splitlines(keepends=True):
+        fence = line.strip()
+        if body is None:
+            if fence.startswith("```"):
+                language, body = fence[3:].strip().lower(), []
+        elif fence == "```":
+            blocks.append((language, "".join(body)))
+            body = None
+        else:
+            body.append(line)
+    if body is not None:
+        blocks.append((language, "".join(body)))
+    return blocks
+
+
+def dataset_helpers(helpers: Any, prompt: Any) -> list[str]:
+    """The helper code the row provides: its `helpers` column (code, or a list of code blocks: keep HumanEval's
+    original `prompt` there), else the prompt the model saw: the whole text when it is code (the raw HumanEval
+    prompt is unfenced), else every fenced Python block in it (the last one may be a usage example)."""
+    if isinstance(helpers, str):
+        return [helpers] if helpers.strip() else []
+    if isinstance(helpers, (list, tuple)):
+        return [str(block) for block in helpers]
+    if isinstance(prompt, (list, tuple)):
+        users = [m for m in prompt if isinstance(m, dict) and m.get("role") == "user"]
+        prompt = users[-1].get("content") if users else None
+    if not isinstance(prompt, str) or not prompt.strip():
+        return []
+    if _compiles([prompt]):
+        return [prompt]
+    return [body for language, body in fenced_blocks(prompt) if language in _PYTHON_FENCES | {""} and _compiles([body])]
+
+
+class Job:
+    """One unit of work: kind "judge" (a row's tests, in the judge pool), "io" (one stdin/stdout case) or "tests"
+    (the fallback: a chunk of tests run by the harness beside the program)."""
+
+    __slots__ = ("expected", "kind", "limits", "payload", "stdin", "total")
+
+    def __init__(self, kind, payload, total, limits, stdin=None, expected=None):
+        self.kind, self.payload, self.total, self.limits = kind, payload, total, limits
+        self.stdin, self.expected = stdin, expected
+
+
+def plan_row(program, tests, io_tests, entry_point, setup, helpers, timeout_s, limits) -> list[Job]:
+    """The jobs for one completion of one row. Raises `Unjudgeable` for a row no completion can be judged on."""
+    try:
+        return _plan_row(program, tests, io_tests, entry_point, setup, helpers, timeout_s, limits)
+    except (ValueError, TypeError, KeyError, AttributeError, SyntaxError) as error:
+        if isinstance(error, Unjudgeable):
+            raise
+        raise Unjudgeable(f"{type(error).__name__}: {error}") from None
+
+
+def _plan_row(program, tests, io_tests, entry_point, setup, helpers, timeout_s, limits) -> list[Job]:
+    if io_tests is not None:
+        cases = _io_cases(io_tests)
+        if not cases:
+            raise Unjudgeable("no stdin/stdout cases")
+        io_limits = _with_wall(limits, STARTUP_ALLOWANCE_S + timeout_s)
+        job = {"mode": "io", "program": program}
+        return [Job("io", job, 1, io_limits, stdin=inp.encode(), expected=out) for inp, out in cases]
+    if tests is None:
+        raise Unjudgeable("no tests")
+    if isinstance(tests, str) and tests.lstrip().startswith("["):
+        try:
+            tests = json.loads(tests)
+        except json.JSONDecodeError:
+            pass
+    if entry_point is not None and not (isinstance(entry_point, str) and entry_point.isidentifier()):
+        raise Unjudgeable(f"entry_point {entry_point!r} is not a Python name")
+    statements = [tests] if isinstance(tests, str) else [str(t) for t in tests]
+    if not statements or not _compiles([*statements, setup or ""]):
+        raise Unjudgeable("tests missing or not valid Python")
+    if isinstance(tests, str):
+        shape = script_shape(tests, entry_point, "\n".join(helpers), program)
+    else:
+        shape = Shape("asserts", [], entry_point)
+    if shape.kind == "check" and not shape.entry_point:
+        shape.kind = "script"  # no entry point anywhere: the script runs as it is, and never calls the program
+    if inspected_classes([*statements, setup or "", *helpers]):
+        return _fallback_jobs(program, shape, statements, setup, timeout_s, limits)
+    total = len(shape.units) or 1 if shape.kind in ("unittest", "pytest") else len(statements)
+    # CPU for the whole row (restarts after crashes included); the judge enforces the per-test deadlines itself.
+    wall = (STARTUP_ALLOWANCE_S + timeout_s) * (total + 2)
+    job = {"program": program, "tests": statements, "shape": asdict(shape), "setup": setup or "", "helpers": helpers,
+           "per_test_s": timeout_s, "limits": _with_wall(limits, wall).__dict__}  # fmt: skip
+    return [Job("judge", job, total, limits)]
+
+
+def _fallback_jobs(program, shape, statements, setup, timeout_s, limits) -> list[Job]:
+    """The weaker fallback: tests beside the program in the sandbox, each shape turned into test statements."""
+    mode = "asserts" if shape.kind == "asserts" else "script"
+    if shape.kind == "check":
+        statements = [f"{statements[0]}\n\ncheck({shape.entry_point})\n"]
+    elif shape.kind == "pytest":
+        mode, statements = "asserts", [f"{statements[0]}\n{unit}()\n" for unit in shape.units]
+    elif shape.kind == "unittest":
+        run = ("\nimport unittest as _unittest\n_result = _unittest.TestResult()\n"
+               "_unittest.TestSuite([{0}('{1}')]).run(_result)\n"
+               "assert _result.testsRun == 1 and _result.wasSuccessful() and not _result.skipped\n")  # fmt: skip
+        mode = "asserts"
+        statements = [statements[0] + run.format(*unit.split(".", 1)) for unit in shape.units] or ["assert False"]
+    jobs = []
+    for start in range(0, len(statements), MAX_TESTS_PER_RUN):
+        chunk = statements[start : start + MAX_TESTS_PER_RUN]
+        job = {"mode": mode, "program": program, "tests": chunk, "setup": setup or "", "per_test_s": timeout_s}
+        wall = STARTUP_ALLOWANCE_S + timeout_s * (len(chunk) + 1)
+        jobs.append(Job("tests", job, len(chunk), _with_wall(limits, wall)))
+    return jobs
+
+
+def _compiles(sources: list[str]) -> bool:
+    try:
+        for source in sources:
+            compile(source, "<test>", "exec")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    return True
+
+
+def _io_cases(io_tests: Any) -> list[tuple[str, str]]:
+    if isinstance(io_tests, str):
+        io_tests = json.loads(io_tests)
+    if isinstance(io_tests, dict):
+        inputs = io_tests.get("inputs", io_tests.get("input", []))
+        outputs = io_tests.get("outputs", io_tests.get("output", []))
+        pairs = list(zip(inputs, outputs))
+    else:
+        # A case without its expected output is malformed (KeyError), not "expects nothing".
+        pairs = [
+            (case.get("input", case.get("stdin", "")), case["output"] if "output" in case else case["stdout"])
+            for case in io_tests
+        ]
+    return [(_as_text(inp), _as_text(out)) for inp, out in pairs]
+
+
+def _as_text(value: Any) -> str:
+    return "\n".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
+def _with_wall(limits: Limits, wall_s: float) -> Limits:
+    return Limits(**{**limits.__dict__, "wall_s": wall_s})

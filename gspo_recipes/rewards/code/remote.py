@@ -1,0 +1,213 @@
+"""The judge's end of the sandboxed worker: what the tests hold in place of the program's objects.
+
+Every call into the program goes through `Link.call`: the arguments cross as copies of the judge's own data, the
+result comes back as fresh built-in objects (`wire.py`), and the call is counted (a test that never calls the program
+cannot pass). What is not data stays in the worker as a `Remote`, which can be called or read but never compared.
+"""
+
+from __future__ import annotations
+
+import builtins
+import importlib
+import importlib.util
+import sys
+import time
+from typing import Any
+
+from . import sandbox
+from .wire import NotPlainData, decode, encode
+from .worker import SandboxWorker, WorkerGone
+
+STARTUP_ALLOWANCE_S = 1.0  # sandbox and interpreter start-up, on top of one per-test budget for the program itself
+REPLY_GRACE_S = 0.25  # how long past a call's budget the judge waits before it kills the worker
+ABSENT = object()
+
+# Methods of the built-in data types. A test that calls one on a program's result expects a str, list, set... : on
+# an object of the program's, the program would answer (`.startswith` that always says True). Refused, except on
+# instances of a class the tests construct by name (`Solution()`, `LRUCache(2)`: CapWords, decided by the tests).
+_DATA_METHODS = frozenset(
+    name for kind in (str, bytes, list, tuple, dict, set, frozenset, int, float, complex) for name in dir(kind)
+)
+# Exceptions that steer the test's own control flow when they escape a call: `StopIteration` ends a `map` or a
+# generator early, so `all(...)` passes. From the program they are failures (as PEP 479 makes them in generators).
+_CONTROL_FLOW = {"StopIteration", "StopAsyncIteration", "GeneratorExit"}
+# Conventional import aliases: `np` in a test means numpy even where the program imported it.
+MODULE_ALIASES = {"np": "numpy", "pd": "pandas", "plt": "matplotlib.pyplot", "mpl": "matplotlib", "sns": "seaborn",
+                  "nx": "networkx", "sp": "scipy", "tf": "tensorflow", "dt": "datetime", "it": "itertools"}  # fmt: skip
+# Modules the program may name for a test's class: the usual sources of the values tests build their expectations
+# from. Never unittest (mock.ANY equals everything) and never a module that does things when imported.
+_CLASS_MODULES = {"collections", "fractions", "decimal", "datetime", "itertools", "heapq", "array", "numpy", "re"}
+_NEVER_IMPORTED = {"antigravity", "this", "turtle", "tkinter", "idlelib", "webbrowser", "unittest", "gspo_recipes"}
+
+
+class Remote:
+    """Something the program defined, living in the worker. Calls and attribute reads are forwarded and come back
+    as plain data (or as another `Remote`); everything else (comparison, truth, length, iteration) raises: an
+    object the model controls is never what a test compares."""
+
+    __slots__ = ("_generation", "_link", "_open", "_target")
+
+    def __init__(self, link: Link, target: list, generation: int, open_: bool = False):
+        self._link, self._target, self._generation, self._open = link, target, generation, open_
+
+    def __call__(self, *args, **kwargs):
+        return self._link.call(self, args, kwargs)
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        if name in _DATA_METHODS and not self._open:
+            raise TypeError(f"the program's result is not plain data: `.{name}` would be its own, not the built-in's")
+        return self._link.forward(self, ["getattr", self._target, name])
+
+    def __str__(self) -> str:
+        return self._link.forward(self, ["text", self._target, "str"])
+
+    def __repr__(self) -> str:
+        return self._link.forward(self, ["text", self._target, "repr"])
+
+    def _refuse(self, *args):
+        raise TypeError("an object of the program's is not plain data: it cannot be compared, counted or tested")
+
+    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = __bool__ = __len__ = __iter__ = __contains__ = _refuse
+    __index__ = __int__ = __float__ = __hash__ = __getitem__ = __add__ = __radd__ = __sub__ = __mul__ = _refuse
+
+
+class Link:
+    """One row's worker: started lazily, restarted after a crash while the row has time. `calls` counts the calls
+    made into the program."""
+
+    def __init__(self, job: dict, row_deadline: float):
+        self.job, self.row_deadline = job, row_deadline
+        self.worker: SandboxWorker | None = None
+        self.generation = 0
+        self.failed_to_load = False
+        self.calls = 0
+        self.test_deadline = time.monotonic() + job["per_test_s"]
+
+    def ensure(self) -> bool:
+        if self.worker is not None and self.worker.alive:
+            return True
+        startup_s = STARTUP_ALLOWANCE_S + self.job["per_test_s"]
+        if self.failed_to_load or time.monotonic() + startup_s > self.row_deadline:
+            return False
+        limits = sandbox.Limits(**self.job["limits"])
+        try:
+            self.worker = SandboxWorker(self.job["backend"], self.job["program"], self.job["per_test_s"], limits)
+        except OSError as error:  # no process could be started: the machine's failure, not the program's
+            raise sandbox.SandboxUnavailable(f"could not start the sandboxed worker: {error}") from error
+        self.generation += 1
+        try:
+            ready = self.worker.receive(startup_s)[0] == "ready"
+        except WorkerGone:
+            ready = False
+        self.failed_to_load = not ready  # a program that cannot load will not load the next time either
+        return ready
+
+    def close(self) -> None:
+        if self.worker is not None:
+            self.worker.close()
+
+    def get(self, name: str, class_name: bool) -> Any:
+        """The program's value for a name the tests use: plain data, a `Remote`, the judge's own copy of a module or
+        class the program imported, or `ABSENT`."""
+        reply = self._request(["get", name])
+        if not reply[0]:
+            return ABSENT
+        imported = reply[2] if len(reply) > 2 else None
+        if imported is not None:
+            return judges_copy(name, imported)
+        value = self._decode(reply[1])
+        return Remote(self, ["name", name], 0, open_=class_name) if isinstance(value, Remote) else value
+
+    def call(self, remote: Remote, args: tuple, kwargs: dict) -> Any:
+        self._check(remote)
+        sent = [encode(arg, self._outgoing) for arg in args]
+        named = [[key, encode(value, self._outgoing)] for key, value in kwargs.items()]
+        self.calls += 1
+        result, after = self._request(["call", remote._target, sent, named])
+        result = self._decode(result, open_=remote._open and remote._target[0] == "name")
+        for original, changed in zip(args, after if type(after) is list else []):
+            if changed is None:
+                continue
+            changed = self._decode(changed)
+            # An argument the program changed and returned (or returned a copy of) keeps its value from before the
+            # call: else `candidate(x) == x`, or `== sorted(x)`, would compare the result with itself. Decided here,
+            # on the judge's data, not on the worker's word.
+            if result is None or type(result) is not type(changed) or result != changed:
+                _update_in_place(original, changed)
+        return result
+
+    def forward(self, remote: Remote, request: list) -> Any:
+        self._check(remote)
+        return self._decode(self._request(request)[0])
+
+    def _check(self, remote: Remote) -> None:
+        if remote._link is not self or (remote._generation and remote._generation != self.generation):
+            raise RuntimeError("that object belonged to a worker that has since been restarted")
+
+    def _request(self, request: list) -> list:
+        if self.worker is None or not self.worker.alive:  # restarted between tests only, never under a test's alarm
+            raise WorkerGone("the program is not running")
+        budget = self.test_deadline - time.monotonic()
+        if budget <= 0:
+            raise TimeoutError("the test's time is up")
+        reply = self.worker.request([*request, budget], budget + REPLY_GRACE_S)
+        if reply[0] == "ok":
+            return reply[1:]
+        if reply[0] == "raised" and len(reply) == 3:
+            raise program_exception(reply[1])(str(reply[2]))
+        if reply[0] == "timeout":
+            raise TimeoutError("the call ran out of time")
+        self.worker.close()
+        raise WorkerGone("unexpected reply")
+
+    def _decode(self, data: Any, open_: bool = False) -> Any:
+        return decode(data, lambda handle_id: Remote(self, ["h", handle_id], self.generation, open_))
+
+    def _outgoing(self, value: Any, encode_inner) -> list:
+        if isinstance(value, Remote) and value._target[0] == "h":
+            self._check(value)
+            return value._target
+        raise NotPlainData(f"a {type(value).__name__} cannot be passed to the program")
+
+
+def program_exception(name: Any) -> type:
+    """The built-in exception class a test sees for one the program raised (RuntimeError for anything else, and for
+    the exceptions that steer control flow)."""
+    found = getattr(builtins, name, None) if isinstance(name, str) and name not in _CONTROL_FLOW else None
+    return found if isinstance(found, type) and issubclass(found, Exception) else RuntimeError
+
+
+def judges_copy(name: str, imported: Any) -> Any:
+    """The judge's own module (or class) for a name the tests use unimported and the program imported; `ABSENT`
+    when the claim is malformed or not one the judge accepts."""
+    if type(imported) is not list or len(imported) != 2 or not all(type(part) is str for part in imported):
+        return ABSENT
+    module_name, qualname = imported
+    top = module_name.split(".")[0]
+    if top in _NEVER_IMPORTED or top.startswith("_") or not top.isidentifier():
+        return ABSENT
+    if qualname:  # a class: from the usual modules, under its own name
+        if top not in _CLASS_MODULES or qualname != name:
+            return ABSENT
+    elif name not in (top, module_name.split(".")[-1]) and MODULE_ALIASES.get(name) != module_name:
+        return ABSENT
+    if top not in sys.modules and importlib.util.find_spec(top) is None:
+        return ABSENT
+    try:
+        value = importlib.import_module(module_name)
+        return getattr(value, qualname) if qualname else value
+    except Exception:  # noqa: BLE001 (a module that fails to import here is simply not there for the tests)
+        return ABSENT
+
+
+def _update_in_place(original: Any, changed: Any) -> None:
+    """Carry a call's changes to a list, dict, set or bytearray argument back to the test's own object."""
+    if type(original) is not type(changed):
+        return
+    if isinstance(original, (list, bytearray)):
+        original[:] = changed
+    elif isinstance(original, (dict, set)):
+        original.clear()
+        original.update(changed)
