@@ -87,6 +87,10 @@ def main():
     model, tokenizer = model_and_tokenizer(model_args, training_args)
     chat = script_args.use_chat_template and tokenizer.chat_template is not None
     system_prompt = script_args.system_prompt if script_args.system_prompt is not None else SYSTEM_PROMPT
+    if script_args.dataset_format == "humaneval" and "helpers" not in dataset.column_names:
+        # The original prompt's code (helpers such as `poly`) stays beside the chat prompt: the judge takes the
+        # helpers the tests use from it, never from the completion.
+        dataset = dataset.map(lambda row: {"helpers": row["prompt"]})
     dataset = dataset.map(lambda row: {"prompt": as_prompt(task_text(row), system_prompt, chat)})
 
     # 3. Rewards: code_execution reads test_list / test + entry_point / input_output from the row.
