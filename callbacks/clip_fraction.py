@@ -18,7 +18,7 @@ from transformers import TrainerCallback
 
 from gspo_recipes._trl import add_to_trainer_logs, attach_response_stats, has_off_policy_minibatches
 from gspo_recipes.health import HealthWarnings
-from gspo_recipes.response_stats import bucket_label
+from gspo_recipes.response_stats import bucket_label, checkpoint_folder, window_ends
 from gspo_recipes.response_stats import length_buckets as make_length_buckets
 
 
@@ -43,10 +43,17 @@ class ClipFractionByLengthCallback(TrainerCallback):
         self.warnings = HealthWarnings(quiet_steps, min_responses)
 
     def on_train_begin(self, args, state, control, **kwargs):
+        if state.global_step > 0:  # resumed: the responses of the window that was open at the checkpoint
+            self.stats.restore_open_window(checkpoint_folder(args, state), state.is_world_process_zero)
         self.warnings.check_setup(not has_off_policy_minibatches(self.trainer.args))
 
+    def on_save(self, args, state, control, **kwargs):
+        self.stats.save_open_window(
+            checkpoint_folder(args, state), state.global_step, self.trainer.accelerator, state.is_world_process_zero
+        )
+
     def on_step_end(self, args, state, control, **kwargs):
-        if not control.should_log:
+        if not window_ends(state, control):
             return
         window = self.stats.window(state.global_step, self.trainer.accelerator)
         if window["log_s"].numel() == 0:

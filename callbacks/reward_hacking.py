@@ -19,6 +19,7 @@ from collections import deque
 import torch
 from transformers import TrainerCallback
 
+from gspo_recipes.response_stats import window_ends
 from gspo_recipes.rewards.hacking import PATTERNS, SUSPICIOUS_COUNTS
 
 logger = logging.getLogger(__name__)
@@ -44,7 +45,7 @@ class RewardHackingCallback(TrainerCallback):
         self.warnings = SuspiciousShareWarning(min_completions, rise_factor, min_rise, min_suspicious)
 
     def on_step_end(self, args, state, control, **kwargs):
-        if not control.should_log:
+        if not window_ends(state, control):
             return
         section = self.collect()
         if section["completions"] == 0:

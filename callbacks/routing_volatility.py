@@ -28,6 +28,7 @@ from transformers import TrainerCallback
 
 from gspo_recipes._trl import attach_routing, metric_store, micro_steps_per_generation, recomputes_old_logps
 from gspo_recipes.moe.monitor import routing_shares
+from gspo_recipes.response_stats import window_ends
 
 logger = logging.getLogger(__name__)
 SECTION = "routing"
@@ -58,7 +59,7 @@ class RoutingVolatilityCallback(TrainerCallback):
         total = accelerator.reduce(local.to(accelerator.device), reduction="sum").cpu()
         self._log_step(routing_shares(total))
         self.window = total if self.window is None else self.window + total
-        if control.should_log:
+        if window_ends(state, control):
             shares = routing_shares(self.window)
             self.window = None
             if shares["num_sets"]:

@@ -324,3 +324,44 @@ def test_two_processes_log_what_one_process_computes_over_the_same_responses(tmp
     assert result["metrics"].keys() == expected.keys()
     for name, value in expected.items():
         assert result["metrics"][name] == pytest.approx(value, abs=1e-7), name
+
+
+@pytest.mark.parametrize("logging_steps,max_steps", [(2, 7), (3, 8)])
+def test_diagnostics_file_holds_every_response_when_the_last_window_is_short(
+    tmp_path, tiny, prompt_dataset, logging_steps, max_steps
+):
+    """max_steps not a multiple of logging_steps: the Trainer does not log the last step, yet its responses are written,
+    and the last window's metrics reach the logs."""
+    model, tokenizer = tiny
+    cfg = tiny_config(tmp_path, logging_steps=logging_steps, max_steps=max_steps)
+    trainer = GSPOTrainer(
+        model=model, reward_funcs=digit_count_reward, args=cfg, train_dataset=prompt_dataset, processing_class=tokenizer
+    )
+    trainer.train()
+    lines = read_lines(tmp_path / "gspo_diagnostics.jsonl")
+    logging_points = list(range(logging_steps, max_steps + 1, logging_steps))
+    assert [line["step"] for line in lines] == logging_points + [max_steps]
+    assert sum(line["responses"] for line in lines) == 8 * max_steps  # 8 responses per optimizer step
+    assert "gspo/clip_frac" in trainer.state.log_history[-1]  # the last window's, with the Trainer's summary
+
+
+def test_diagnostics_line_after_a_resume_holds_the_responses_recorded_before_the_checkpoint(
+    tmp_path, tiny, prompt_dataset
+):
+    """Checkpoint at step 3, logging every 2 steps: step 4's line counts steps 3 and 4 after a resume too."""
+    from gspo_recipes.tiny import build_tiny_model_and_tokenizer
+
+    model, tokenizer = tiny
+    cfg = tiny_config(tmp_path, logging_steps=2, max_steps=4, save_strategy="steps", save_steps=3)
+    GSPOTrainer(
+        model=model, reward_funcs=digit_count_reward, args=cfg, train_dataset=prompt_dataset, processing_class=tokenizer
+    ).train()
+    path = tmp_path / "gspo_diagnostics.jsonl"
+    uninterrupted = read_lines(path)
+    assert [(line["step"], line["responses"]) for line in uninterrupted] == [(2, 16), (4, 16)]
+    model, tokenizer = build_tiny_model_and_tokenizer()
+    GSPOTrainer(
+        model=model, reward_funcs=digit_count_reward, args=cfg, train_dataset=prompt_dataset, processing_class=tokenizer
+    ).train(resume_from_checkpoint=str(tmp_path / "checkpoint-3"))
+    resumed = read_lines(path)
+    assert [(line["step"], line["responses"]) for line in resumed] == [(2, 16), (4, 16)]
