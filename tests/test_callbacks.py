@@ -365,3 +365,43 @@ def test_diagnostics_line_after_a_resume_holds_the_responses_recorded_before_the
     ).train(resume_from_checkpoint=str(tmp_path / "checkpoint-3"))
     resumed = read_lines(path)
     assert [(line["step"], line["responses"]) for line in resumed] == [(2, 16), (4, 16)]
+
+
+def test_health_judges_nothing_while_calibrating_nor_across_a_change_of_the_range(
+    tmp_path, tiny, prompt_dataset, caplog
+):
+    """The windows of a calibrating run, fed to the callback as the trainer would (logging every 2 steps): every
+    positive response is clipped while calibrating (steps 1-5, silent) and in the window where the range changes
+    (steps 5-6, silent); then healthy (silent); once the new range itself wastes rollouts, it warns."""
+    from transformers import TrainerControl, TrainerState
+
+    model, tokenizer = tiny
+    cfg = tiny_config(tmp_path, epsilon_calibration_steps=5, gspo_diagnostics=False)
+    trainer = GSPOTrainer(model=model, reward_funcs=digit_count_reward, args=cfg, processing_class=tokenizer,
+                          train_dataset=prompt_dataset)  # fmt: skip
+    callback = ClipFractionByLengthCallback(trainer, min_responses=4)
+    state = TrainerState(max_steps=100)
+
+    def step(clipped: bool, calibrated_now: bool = False):
+        if calibrated_now:
+            trainer.calibration.epsilons = trainer.epsilon_low, trainer.epsilon_high = (1e-3, 2e-3)
+        high = trainer.epsilon_high
+        log_s = torch.tensor([2 * high, 2 * high, -0.1 * high, 0.1 * high] if clipped else [0.0, 0.1 * high] * 2)
+        adv = torch.tensor([1.0, 1.0, -1.0, 1.0])
+        trainer.response_stats.record(log_s, torch.full((4,), 5), adv, torch.zeros(4, dtype=torch.bool),
+                                      (log_s > high) & (adv > 0), minibatch=2)  # fmt: skip
+        state.global_step += 1
+        control = TrainerControl(should_log=state.global_step % 2 == 0)
+        callback.on_step_end(cfg, state, control)
+
+    with caplog.at_level(logging.WARNING, logger="gspo_recipes.health"):
+        for _ in range(5):  # calibrating: everything clipped, no warning
+            step(clipped=True)
+        step(clipped=True, calibrated_now=True)  # step 6 trains with the calibrated range: window 5-6 has both
+        assert "rollouts are wasted" not in caplog.text
+        for _ in range(4):
+            step(clipped=False)
+        assert "rollouts are wasted" not in caplog.text
+        for _ in range(4):
+            step(clipped=True)
+    assert caplog.text.count("rollouts are wasted") == 1
