@@ -43,6 +43,7 @@ class ClipFractionByLengthCallback(TrainerCallback):
         self.stats = attach_response_stats(trainer)
         self.buckets = make_length_buckets(trainer.args.max_completion_length, length_buckets)
         self.warnings = HealthWarnings(quiet_steps, min_responses)
+        self.warnings.emit = trainer.accelerator.is_main_process  # windows are gathered: judged alike everywhere
         self.clip_ranges: set[tuple[float, float]] = set()  # the clip ranges the current window's steps trained with
 
     def on_train_begin(self, args, state, control, **kwargs):

@@ -44,7 +44,8 @@ class RoutingVolatilityCallback(TrainerCallback):
         if self.monitor is None:
             return
         self.monitor.measure = True
-        if getattr(trainer.args, "old_logps_source", "recompute") == "sampler" and recomputes_old_logps(trainer):
+        sampler = getattr(trainer.args, "old_logps_source", "recompute") == "sampler"
+        if sampler and recomputes_old_logps(trainer) and trainer.accelerator.is_main_process:
             logger.warning(
                 "Routing volatility is not measured with old_logps_source='sampler': the old policy's routes come "
                 "from its forward pass, which the sampler's log-probabilities replace. Use 'recompute' to see it."

@@ -24,10 +24,12 @@ class HealthWarnings:
         self.active: set[str] = set()
         self.history: list[dict] = []  # every warning given: {"kind", "message"}
         self.clip_range: tuple[float, float] | None = None  # (epsilon_low, epsilon_high) of the windows judged
+        self.emit = True  # False on all but the main process: each judges the same gathered window, one shows it
 
     def _set(self, kind: str, condition: bool, message: str) -> None:
         if condition and kind not in self.active:
-            logger.warning(message)
+            if self.emit:
+                logger.warning(message)
             self.history.append({"kind": kind, "message": message})
         self.active = (self.active | {kind}) if condition else (self.active - {kind})
 

@@ -60,8 +60,9 @@ def tiny_config(output_dir, **overrides):
 SCRIPTS = os.path.join(os.path.dirname(__file__), "scripts")
 
 
-def launch_two_cpu_processes(script_name: str, *args: str, cwd, timeout: int = 600) -> None:
-    """Run tests/scripts/SCRIPT_NAME in two CPU processes over gloo, as `accelerate launch` does.
+def launch_two_cpu_processes(script_name: str, *args: str, cwd, timeout: int = 600):
+    """Run tests/scripts/SCRIPT_NAME in two CPU processes over gloo, as `accelerate launch` does; returns the finished
+    process (its `stdout` and `stderr` hold both processes' output).
 
     accelerate 1.15 starts a single process for `--cpu --num_processes 2`; `--multi_gpu` on a machine without GPUs
     starts two CPU processes. The scripts folder is on PYTHONPATH so that scripts can share helpers.
@@ -75,6 +76,7 @@ def launch_two_cpu_processes(script_name: str, *args: str, cwd, timeout: int = 6
     env = dict(os.environ, PYTHONPATH=SCRIPTS)
     result = subprocess.run(command, env=env, timeout=timeout, cwd=cwd, capture_output=True, text=True)
     assert result.returncode == 0, f"{script_name} failed:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
+    return result
 
 
 def assert_close_to_rounding(actual, expected, name: str = "", ulps: int = 32) -> None:

@@ -5,6 +5,7 @@ import json
 import logging
 import math
 import os
+import re
 import sys
 
 import pytest
@@ -405,3 +406,30 @@ def test_health_judges_nothing_while_calibrating_nor_across_a_change_of_the_rang
         for _ in range(4):
             step(clipped=True)
     assert caplog.text.count("rollouts are wasted") == 1
+
+
+def test_two_processes_show_every_warning_once_from_the_main_process_with_gathered_figures(tmp_path):
+    """Two runs built to fire the config's, the sampler's, the mismatch monitor's, the calibration's and the health
+    callback's warnings (tests/scripts/two_process_warnings.py): each shows once, from rank 0, with the figures the
+    run logged (gathered from both processes)."""
+    result = launch_two_cpu_processes("two_process_warnings.py", str(tmp_path), cwd=tmp_path, timeout=300)
+    shown = re.findall(r"\[rank(\d)\] (gspo_recipes[\w.]*): (.*)", result.stdout + result.stderr)
+    kinds = {
+        "gspo_recipes.sampler.old_logps": "with dropout on",
+        "gspo_recipes.sampler.mismatch": "Mismatch between the sampler's",
+        "gspo_recipes.trainer": "Calibrated the clip range",
+        "gspo_recipes.config": "training is fully on-policy",
+        "gspo_recipes.health": "GSPO health: training is fully on-policy",
+    }
+    for name, text in kinds.items():
+        lines = [(rank, message) for rank, logger, message in shown if logger == name and text in message]
+        assert [rank for rank, _ in lines] == ["0"], (name, shown)
+    assert all(rank == "0" for rank, _, _ in shown), shown
+    history = json.loads((tmp_path / "history.json").read_text())
+    message = next(m for _, logger, m in shown if logger == "gspo_recipes.sampler.mismatch")
+    warned_mean = float(re.search(r"mean log s_i \(trainer - sampler\) = (\S+) ", message).group(1))
+    assert warned_mean == pytest.approx(history[0]["gspo/sampler_mismatch/log_s_mean"], rel=1e-2)
+    message = next(m for _, logger, m in shown if logger == "gspo_recipes.trainer")
+    warned = [float(v) for v in re.search(r"epsilon=(\S+), epsilon_high=(\S+) \(was", message).groups()]
+    calibrated = [history[-2]["gspo/epsilon_low"], history[-2]["gspo/epsilon_high"]]
+    assert warned == pytest.approx(calibrated, rel=1e-2)

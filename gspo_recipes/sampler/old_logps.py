@@ -85,9 +85,11 @@ class SamplerLogprobs:
             )
 
     def _warn_once(self, key: str, message: str, *args) -> None:
+        """Once per run, from the main process (callers decide alike on every process)."""
         if key not in self._warned:
             self._warned.add(key)
-            logger.warning(message, *args)
+            if self.trainer.accelerator.is_main_process:
+                logger.warning(message, *args)
 
     # ------------------------------------------------------------------ the hooks
 
@@ -172,7 +174,10 @@ class SamplerLogprobs:
                 f"{(input_ids.size(0), logits_to_keep)}. Set old_logps_source='recompute'."
             )
         missing = torch.isnan(old)
-        if missing.any():  # vLLM could not score these tokens: take them from the training engine
+        # Every process passes here at the same call (TRL's old-policy pass): if any has a gap, all run the pass
+        # (a sharded model's forward is collective) and the main process says so.
+        any_missing = t.accelerator.gather(missing.any().long().reshape(1).to(old.device)).sum().item() > 0
+        if any_missing:  # vLLM could not score these tokens: take them from the training engine
             self._warn_once(
                 "nan",
                 "The sampler returned no log-probability for some tokens; those tokens are taken from a forward pass "
