@@ -8,7 +8,9 @@ Drop-in for any TRL `GRPOTrainer` with `importance_sampling_level="sequence"`:
 Logged at every logging step, over the responses seen since the previous one and gathered from all processes:
 `gspo/clip_frac`, `gspo/clip_frac_low`, `gspo/clip_frac_high`; the same under `/len_{lo}-{hi}` per length bucket;
 `gspo/clip_frac/minibatch_{k}` (k = 1 is the on-policy minibatch). High: s_i > 1 + epsilon_high with A > 0.
-Low: s_i < 1 - epsilon_low with A < 0. Copy this file into your project freely; it needs gspo-recipes installed.
+Low: s_i < 1 - epsilon_low with A < 0. The health warnings judge nothing while `GSPOTrainer` calibrates the clip
+range (`epsilon_calibration_steps`), nor over a window or across windows in which the range changed. Copy this file
+into your project freely; it needs gspo-recipes installed.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from transformers import TrainerCallback
 
 from gspo_recipes._trl import add_to_trainer_logs, attach_response_stats, has_off_policy_minibatches
 from gspo_recipes.health import HealthWarnings
-from gspo_recipes.response_stats import bucket_label
+from gspo_recipes.response_stats import bucket_label, checkpoint_folder, window_ends
 from gspo_recipes.response_stats import length_buckets as make_length_buckets
 
 
@@ -41,18 +43,41 @@ class ClipFractionByLengthCallback(TrainerCallback):
         self.stats = attach_response_stats(trainer)
         self.buckets = make_length_buckets(trainer.args.max_completion_length, length_buckets)
         self.warnings = HealthWarnings(quiet_steps, min_responses)
+        self.warnings.emit = trainer.accelerator.is_main_process  # windows are gathered: judged alike everywhere
+        self.clip_ranges: set[tuple[float, float]] = set()  # the clip ranges the current window's steps trained with
 
     def on_train_begin(self, args, state, control, **kwargs):
+        if state.global_step > 0:  # resumed: the responses of the window that was open at the checkpoint
+            self.stats.restore_open_window(checkpoint_folder(args, state), state.is_world_process_zero)
         self.warnings.check_setup(not has_off_policy_minibatches(self.trainer.args))
 
+    def on_save(self, args, state, control, **kwargs):
+        self.stats.save_open_window(
+            checkpoint_folder(args, state), state.global_step, self.trainer.accelerator, state.is_world_process_zero
+        )
+
     def on_step_end(self, args, state, control, **kwargs):
-        if not control.should_log:
+        # The range this step's loss clipped with (calibration changes it at the start of a step's loss).
+        self.clip_ranges.add((self.trainer.epsilon_low, self.trainer.epsilon_high))
+        if not window_ends(state, control):
             return
         window = self.stats.window(state.global_step, self.trainer.accelerator)
+        ranges, self.clip_ranges = self.clip_ranges, set()
         if window["log_s"].numel() == 0:
             return
         add_to_trainer_logs(self.trainer, clip_fractions(window, self.buckets))
-        self.warnings.check_window(window, args)
+        if len(ranges) > 1 or calibrating(
+            self.trainer
+        ):  # judge nothing across a change of range, nor while calibrating
+            self.warnings.restart()
+            return
+        self.warnings.check_window(window, args, ranges.pop())
+
+
+def calibrating(trainer) -> bool:
+    """Whether `GSPOTrainer` is still collecting the responses it calibrates the clip range from."""
+    calibration = getattr(trainer, "calibration", None)
+    return calibration is not None and not calibration.done
 
 
 def clip_fractions(window: dict[str, torch.Tensor], buckets: list[tuple[int, int]]) -> dict[str, float]:

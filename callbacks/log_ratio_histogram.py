@@ -8,8 +8,10 @@ At every logging step, over the off-policy responses seen since the previous one
 log s_i is 0 by construction) and gathered from all processes, it logs `gspo/log_s/{mean,std,min,max,p05,p50,p95}`
 and `gspo/log_s_std/len_{lo}-{hi}`; sends a histogram to TensorBoard, Weights & Biases and trackio when they are in
 `report_to`; and appends one JSON line to `gspo_diagnostics.jsonl` (read by `gspo report` and `gspo calibrate`).
-On resume the file keeps the lines up to the checkpoint's step and continues from there. Other callbacks add
-sections to the line of a logging step by putting them in `trainer.gspo_diagnostics_sections` in their `on_step_end`
+The run's last step closes a window too (`window_ends`), so no response is left out when max_steps is not a
+multiple of logging_steps. On resume the file keeps the lines up to the checkpoint's step and continues from there,
+and the responses of the window open at the checkpoint (saved with it) count in the next line. Other callbacks add
+sections to a line by putting them in `trainer.gspo_diagnostics_sections` in their `on_step_end` when `window_ends`
 (the line is written at `on_log`, after every callback's `on_step_end`). Copy this file into your project freely; it
 needs gspo-recipes installed.
 """
@@ -24,7 +26,7 @@ from transformers import TrainerCallback
 
 from gspo_recipes._trl import add_to_trainer_logs, attach_response_stats, has_off_policy_minibatches
 from gspo_recipes.diagnostics_file import append_line, diagnostics_path, keep_lines_up_to
-from gspo_recipes.response_stats import bucket_label, off_policy_responses
+from gspo_recipes.response_stats import bucket_label, checkpoint_folder, off_policy_responses, window_ends
 from gspo_recipes.response_stats import length_buckets as make_length_buckets
 
 logger = logging.getLogger(__name__)
@@ -53,9 +55,16 @@ class LogRatioHistogramCallback(TrainerCallback):
         if state.is_world_process_zero:
             os.makedirs(args.output_dir, exist_ok=True)
             keep_lines_up_to(self.path, state.global_step)
+        if state.global_step > 0:  # resumed: the responses of the window that was open at the checkpoint
+            self.stats.restore_open_window(checkpoint_folder(args, state), state.is_world_process_zero)
+
+    def on_save(self, args, state, control, **kwargs):
+        self.stats.save_open_window(
+            checkpoint_folder(args, state), state.global_step, self.trainer.accelerator, state.is_world_process_zero
+        )
 
     def on_step_end(self, args, state, control, **kwargs):
-        if not control.should_log:
+        if not window_ends(state, control):
             return
         window = self.stats.window(state.global_step, self.trainer.accelerator)
         if window["log_s"].numel() == 0:
@@ -83,6 +92,11 @@ class LogRatioHistogramCallback(TrainerCallback):
         sections.clear()
         if state.is_world_process_zero:
             append_line(self.path, line)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        # The last window's line goes out with the Trainer's closing summary log; should that log not come, here.
+        if self.pending_line is not None:
+            self.on_log(args, state, control)
 
 
 def log_s_summary(log_s, window, selected, buckets) -> dict[str, float]:

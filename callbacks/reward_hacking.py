@@ -19,6 +19,7 @@ from collections import deque
 import torch
 from transformers import TrainerCallback
 
+from gspo_recipes.response_stats import window_ends
 from gspo_recipes.rewards.code.hacking import PATTERNS, SUSPICIOUS_COUNTS
 
 logger = logging.getLogger(__name__)
@@ -42,9 +43,10 @@ class RewardHackingCallback(TrainerCallback):
                  min_suspicious: int = 8):  # fmt: skip
         self.trainer = trainer
         self.warnings = SuspiciousShareWarning(min_completions, rise_factor, min_rise, min_suspicious)
+        self.warnings.emit = trainer.accelerator.is_main_process  # counts are summed over processes: judged alike
 
     def on_step_end(self, args, state, control, **kwargs):
-        if not control.should_log:
+        if not window_ends(state, control):
             return
         section = self.collect()
         if section["completions"] == 0:
@@ -85,6 +87,7 @@ class SuspiciousShareWarning:
         self.recent: deque[tuple[int, int, dict]] = deque()
         self.active = False
         self.history: list[dict] = []  # every warning given: {"kind", "message"}
+        self.emit = True  # whether this process shows the warnings (the main process only, in a multi-process run)
 
     def observe(self, section: dict) -> None:
         completions, suspicious = section["completions"], section["suspicious"]
@@ -105,7 +108,8 @@ class SuspiciousShareWarning:
                   and recent_suspicious >= self.min_suspicious)  # fmt: skip
         if rising and not self.active:
             message = self._message(start, now)
-            logger.warning(message)
+            if self.emit:
+                logger.warning(message)
             self.history.append({"kind": "suspicious_share_rising", "message": message})
         self.active = rising
 

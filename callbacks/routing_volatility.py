@@ -28,6 +28,7 @@ from transformers import TrainerCallback
 
 from gspo_recipes._trl import attach_routing, metric_store, micro_steps_per_generation, recomputes_old_logps
 from gspo_recipes.moe.monitor import routing_shares
+from gspo_recipes.response_stats import window_ends
 
 logger = logging.getLogger(__name__)
 SECTION = "routing"
@@ -43,7 +44,8 @@ class RoutingVolatilityCallback(TrainerCallback):
         if self.monitor is None:
             return
         self.monitor.measure = True
-        if getattr(trainer.args, "old_logps_source", "recompute") == "sampler" and recomputes_old_logps(trainer):
+        sampler = getattr(trainer.args, "old_logps_source", "recompute") == "sampler"
+        if sampler and recomputes_old_logps(trainer) and trainer.accelerator.is_main_process:
             logger.warning(
                 "Routing volatility is not measured with old_logps_source='sampler': the old policy's routes come "
                 "from its forward pass, which the sampler's log-probabilities replace. Use 'recompute' to see it."
@@ -58,7 +60,7 @@ class RoutingVolatilityCallback(TrainerCallback):
         total = accelerator.reduce(local.to(accelerator.device), reduction="sum").cpu()
         self._log_step(routing_shares(total))
         self.window = total if self.window is None else self.window + total
-        if control.should_log:
+        if window_ends(state, control):
             shares = routing_shares(self.window)
             self.window = None
             if shares["num_sets"]:

@@ -191,6 +191,11 @@ class GSPOConfig(GRPOConfig):
         self._check_routing_replay()
         self._warn_if_on_policy()
 
+    def _warn(self, message: str, *args) -> None:
+        """Every process builds the config: its warnings are shown once, by the first."""
+        if self.process_index == 0:
+            logger.warning(message, *args)
+
     def _check_clip_range(self) -> None:
         for name, value in (("epsilon", self.epsilon), ("epsilon_high", self.epsilon_high)):
             if value is not None and value < 0:
@@ -209,7 +214,7 @@ class GSPOConfig(GRPOConfig):
             )
         largest = max(self.epsilon, self.epsilon_high or 0.0)
         if self.importance_sampling_level == "token" and largest < TOKEN_SIZED_EPSILON:
-            logger.warning(
+            self._warn(
                 "importance_sampling_level='token' with epsilon=%s, epsilon_high=%s: that is a sequence-level (GSPO) "
                 "clip range, but each token now has its own ratio, whose spread does not shrink with length, so "
                 "nearly every token is clipped and little is learned. For token-level ratios (GRPO) use epsilon=0.2, "
@@ -218,7 +223,7 @@ class GSPOConfig(GRPOConfig):
                 self.epsilon_high,
             )
         if self.importance_sampling_level == "sequence" and largest >= TOKEN_SIZED_EPSILON:
-            logger.warning(
+            self._warn(
                 "epsilon=%s, epsilon_high=%s is a token-level (GRPO) clip range, but the ratios are sequence-level: "
                 "log s_i is a mean over the response's tokens, so its spread shrinks like 1/sqrt(length) and such a "
                 "range will almost never clip. GSPO's usual range is about [1 - 3e-4, 1 + 4e-4]. Better: measure "
@@ -289,7 +294,7 @@ class GSPOConfig(GRPOConfig):
                 f"{self.num_iterations} divides gradient_accumulation_steps={self.gradient_accumulation_steps}). "
                 "Set num_minibatches > 1, or epsilon_calibration_steps=0."
             )
-        logger.warning(
+        self._warn(
             "Every micro-step of a generation batch falls in one optimizer step (steps_per_generation=%s x "
             "num_iterations=%s divides gradient_accumulation_steps=%s): training is fully on-policy, every s_i is "
             "exactly 1, nothing is ever clipped and GSPO equals GRPO. Set num_minibatches (or steps_per_generation) "

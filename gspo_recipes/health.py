@@ -23,10 +23,13 @@ class HealthWarnings:
         self.quiet_windows = 0
         self.active: set[str] = set()
         self.history: list[dict] = []  # every warning given: {"kind", "message"}
+        self.clip_range: tuple[float, float] | None = None  # (epsilon_low, epsilon_high) of the windows judged
+        self.emit = True  # False on all but the main process: each judges the same gathered window, one shows it
 
     def _set(self, kind: str, condition: bool, message: str) -> None:
         if condition and kind not in self.active:
-            logger.warning(message)
+            if self.emit:
+                logger.warning(message)
             self.history.append({"kind": kind, "message": message})
         self.active = (self.active | {kind}) if condition else (self.active - {kind})
 
@@ -38,7 +41,22 @@ class HealthWarnings:
             "1 and GSPO equals GRPO. Fix: steps_per_generation = 4 x gradient_accumulation_steps.",
         )
 
-    def check_window(self, window: dict[str, torch.Tensor], args) -> None:
+    def restart(self) -> None:
+        """Forget what the clip judgements pooled so far (after a change of the clip range, or while it is being
+        calibrated): responses clipped under one range say nothing about another."""
+        self.pending = None
+        self.quiet_windows = 0
+        self.active -= {"never_clips", "wasted_rollouts", "one_sided"}
+
+    def check_window(
+        self, window: dict[str, torch.Tensor], args, clip_range: tuple[float, float] | None = None
+    ) -> None:
+        """Judge one logging window. `clip_range` (epsilon_low, epsilon_high) in force over the whole window: when it
+        differs from the previous window's, the judgement starts afresh from this window."""
+        if clip_range is not None and clip_range != self.clip_range:
+            if self.clip_range is not None:
+                self.restart()
+            self.clip_range = clip_range
         later = window["minibatch"] > 1
         if not later.any():
             return

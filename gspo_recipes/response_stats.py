@@ -1,15 +1,35 @@
 """Per-response GSPO statistics between two logging steps, and the length buckets they are reported in.
 
-The loss records every micro-batch's responses into a `ResponseStats`; at a logging step the diagnostics callbacks
-take the window of responses since the previous one, gathered from every process. Needs only torch.
+The loss records every micro-batch's responses into a `ResponseStats`; at a logging step (and at the run's last
+step, see `window_ends`) the diagnostics callbacks take the window of responses since the previous one, gathered from
+every process. The responses of a window still open at a checkpoint are saved with it, so a resumed run's next line
+holds them too. Needs only torch.
 """
 
 from __future__ import annotations
+
+import json
+import os
 
 import torch
 
 # Statistics per response, each a 1-D tensor of the same length.
 FIELDS = ("log_s", "length", "advantage", "clipped_low", "clipped_high", "minibatch")
+
+
+STATE_FILE = "gspo_response_stats.json"  # in a checkpoint folder: the responses of the window still open there
+
+
+def window_ends(state, control) -> bool:
+    """Whether a logging window closes at this optimizer step (call from `on_step_end`): at a logging step, and at the
+    run's last step, which the Trainer does not log unless it is one; the Trainer's closing summary log follows it, and
+    carries the last window's metrics and diagnostics line."""
+    return bool(control.should_log or control.should_training_stop or state.global_step >= state.max_steps)
+
+
+def checkpoint_folder(args, state) -> str:
+    """The folder the Trainer saves this step's checkpoint in, and resumes from (transformers' "checkpoint-N")."""
+    return os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
 
 
 class ResponseStats:
@@ -22,6 +42,8 @@ class ResponseStats:
         self._chunks: list[dict[str, torch.Tensor]] = []
         self._window_step: int | None = None
         self._window: dict[str, torch.Tensor] | None = None
+        self._saved_step: int | None = None  # callbacks sharing these stats save and restore them once
+        self._restored = False
 
     def record(self, log_s, lengths, advantages, clipped_low, clipped_high, minibatch: int) -> None:
         """Add one micro-batch of responses; responses with no completion tokens are left out."""
@@ -55,6 +77,37 @@ class ResponseStats:
             local = {name: merged[i] for i, name in enumerate(FIELDS)}
         self._window_step, self._window = step, local
         return local
+
+    def save_open_window(self, folder: str, step: int, accelerator=None, write: bool = True) -> None:
+        """Save the responses recorded since the last window into checkpoint `folder` (collective: every process
+        calls it; the process with `write` writes all of them). A second call for the same step does nothing."""
+        if self._saved_step == step:
+            return
+        self._saved_step = step
+        local = torch.stack([self._local(name) for name in FIELDS]) if self._chunks else torch.zeros(len(FIELDS), 0)
+        if accelerator is not None and accelerator.num_processes > 1:
+            local = gather_columns(local, accelerator)
+        if write and os.path.isdir(folder):
+            with open(os.path.join(folder, STATE_FILE), "w") as f:
+                json.dump({"step": step, **{name: local[i].tolist() for i, name in enumerate(FIELDS)}}, f)
+
+    def restore_open_window(self, folder: str, is_main_process: bool = True) -> bool:
+        """On resume from checkpoint `folder`: the responses its open window held, to the main process only (windows
+        are gathered, so each counts once). A second call does nothing."""
+        path = os.path.join(folder, STATE_FILE)
+        if self._restored or not os.path.exists(path):
+            return False
+        self._restored = True
+        if is_main_process:
+            with open(path) as f:
+                saved = json.load(f)
+            chunk = {name: torch.tensor(saved[name], dtype=torch.float32) for name in FIELDS}
+            if chunk["log_s"].numel():
+                self._chunks.insert(0, chunk)
+        return True
+
+    def _local(self, name: str) -> torch.Tensor:
+        return torch.cat([c[name] for c in self._chunks])
 
 
 def gather_columns(values: torch.Tensor, accelerator) -> torch.Tensor:

@@ -122,6 +122,8 @@ class GSPOTrainer(GRPOTrainer):
             return
         current = (self.epsilon_low, self.epsilon_high)
         self.epsilon_low, self.epsilon_high = self.calibration.finish(self.accelerator, current)
+        if not self.accelerator.is_main_process:  # calibrated from every process's samples, alike everywhere
+            return
         logger.warning(
             "Calibrated the clip range after %d optimizer steps to clip %.0f%% of the off-policy responses per side: "
             "epsilon=%.3g, epsilon_high=%.3g (was %.3g, %.3g).",

@@ -60,8 +60,9 @@ def tiny_config(output_dir, **overrides):
 SCRIPTS = os.path.join(os.path.dirname(__file__), "scripts")
 
 
-def launch_two_cpu_processes(script_name: str, *args: str, cwd, timeout: int = 600) -> None:
-    """Run tests/scripts/SCRIPT_NAME in two CPU processes over gloo, as `accelerate launch` does.
+def launch_two_cpu_processes(script_name: str, *args: str, cwd, timeout: int = 600):
+    """Run tests/scripts/SCRIPT_NAME in two CPU processes over gloo, as `accelerate launch` does; returns the finished
+    process (its `stdout` and `stderr` hold both processes' output).
 
     accelerate 1.15 starts a single process for `--cpu --num_processes 2`; `--multi_gpu` on a machine without GPUs
     starts two CPU processes. The scripts folder is on PYTHONPATH so that scripts can share helpers.
@@ -75,6 +76,31 @@ def launch_two_cpu_processes(script_name: str, *args: str, cwd, timeout: int = 6
     env = dict(os.environ, PYTHONPATH=SCRIPTS)
     result = subprocess.run(command, env=env, timeout=timeout, cwd=cwd, capture_output=True, text=True)
     assert result.returncode == 0, f"{script_name} failed:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
+    return result
+
+
+def assert_close_to_rounding(actual, expected, name: str = "", ulps: int = 32) -> None:
+    """`actual` equals `expected` up to float rounding: for gradients (and other tensors) that two computations reach by
+    summing in different orders.
+
+    The tolerance follows the dtype and the tensor's own scale (its largest |value|), never a fixed atol: float32
+    rounding differs between CPUs (vector width, summation order), so a gradient of size 2 can differ by 2e-6 with no
+    bug (about one ulp of the scale). `ulps` x machine epsilon (3.8e-6 in float32, 7e-15 in float64) of the scale
+    passes such rounding with a wide margin and still catches a real error: 1e-4, absolute or of the scale, fails on
+    gradients of scale up to 25 (tests/test_moe_routing.py checks it on one of scale 14).
+    """
+    import torch
+
+    tolerance = ulps * torch.finfo(expected.dtype).eps
+    scale = expected.detach().abs().max().item() if expected.numel() else 0.0
+    torch.testing.assert_close(actual, expected, rtol=tolerance, atol=tolerance * scale, msg=lambda m: f"{name}: {m}")
+
+
+def assert_grads_close(actual: dict, expected: dict, ulps: int = 32) -> None:
+    """Every named gradient of `actual` equals `expected`'s up to float rounding (see `assert_close_to_rounding`)."""
+    assert actual.keys() == expected.keys()
+    for name in expected:
+        assert_close_to_rounding(actual[name], expected[name], name, ulps)
 
 
 def plain_grpo_config(output_dir, **overrides):

@@ -5,6 +5,7 @@ import json
 import logging
 import math
 import os
+import re
 import sys
 
 import pytest
@@ -324,3 +325,111 @@ def test_two_processes_log_what_one_process_computes_over_the_same_responses(tmp
     assert result["metrics"].keys() == expected.keys()
     for name, value in expected.items():
         assert result["metrics"][name] == pytest.approx(value, abs=1e-7), name
+
+
+@pytest.mark.parametrize("logging_steps,max_steps", [(2, 7), (3, 8)])
+def test_diagnostics_file_holds_every_response_when_the_last_window_is_short(
+    tmp_path, tiny, prompt_dataset, logging_steps, max_steps
+):
+    """max_steps not a multiple of logging_steps: the Trainer does not log the last step, yet its responses are written,
+    and the last window's metrics reach the logs."""
+    model, tokenizer = tiny
+    cfg = tiny_config(tmp_path, logging_steps=logging_steps, max_steps=max_steps)
+    trainer = GSPOTrainer(
+        model=model, reward_funcs=digit_count_reward, args=cfg, train_dataset=prompt_dataset, processing_class=tokenizer
+    )
+    trainer.train()
+    lines = read_lines(tmp_path / "gspo_diagnostics.jsonl")
+    logging_points = list(range(logging_steps, max_steps + 1, logging_steps))
+    assert [line["step"] for line in lines] == logging_points + [max_steps]
+    assert sum(line["responses"] for line in lines) == 8 * max_steps  # 8 responses per optimizer step
+    assert "gspo/clip_frac" in trainer.state.log_history[-1]  # the last window's, with the Trainer's summary
+
+
+def test_diagnostics_line_after_a_resume_holds_the_responses_recorded_before_the_checkpoint(
+    tmp_path, tiny, prompt_dataset
+):
+    """Checkpoint at step 3, logging every 2 steps: step 4's line counts steps 3 and 4 after a resume too."""
+    from gspo_recipes.tiny import build_tiny_model_and_tokenizer
+
+    model, tokenizer = tiny
+    cfg = tiny_config(tmp_path, logging_steps=2, max_steps=4, save_strategy="steps", save_steps=3)
+    GSPOTrainer(
+        model=model, reward_funcs=digit_count_reward, args=cfg, train_dataset=prompt_dataset, processing_class=tokenizer
+    ).train()
+    path = tmp_path / "gspo_diagnostics.jsonl"
+    uninterrupted = read_lines(path)
+    assert [(line["step"], line["responses"]) for line in uninterrupted] == [(2, 16), (4, 16)]
+    model, tokenizer = build_tiny_model_and_tokenizer()
+    GSPOTrainer(
+        model=model, reward_funcs=digit_count_reward, args=cfg, train_dataset=prompt_dataset, processing_class=tokenizer
+    ).train(resume_from_checkpoint=str(tmp_path / "checkpoint-3"))
+    resumed = read_lines(path)
+    assert [(line["step"], line["responses"]) for line in resumed] == [(2, 16), (4, 16)]
+
+
+def test_health_judges_nothing_while_calibrating_nor_across_a_change_of_the_range(
+    tmp_path, tiny, prompt_dataset, caplog
+):
+    """The windows of a calibrating run, fed to the callback as the trainer would (logging every 2 steps): every
+    positive response is clipped while calibrating (steps 1-5, silent) and in the window where the range changes
+    (steps 5-6, silent); then healthy (silent); once the new range itself wastes rollouts, it warns."""
+    from transformers import TrainerControl, TrainerState
+
+    model, tokenizer = tiny
+    cfg = tiny_config(tmp_path, epsilon_calibration_steps=5, gspo_diagnostics=False)
+    trainer = GSPOTrainer(model=model, reward_funcs=digit_count_reward, args=cfg, processing_class=tokenizer,
+                          train_dataset=prompt_dataset)  # fmt: skip
+    callback = ClipFractionByLengthCallback(trainer, min_responses=4)
+    state = TrainerState(max_steps=100)
+
+    def step(clipped: bool, calibrated_now: bool = False):
+        if calibrated_now:
+            trainer.calibration.epsilons = trainer.epsilon_low, trainer.epsilon_high = (1e-3, 2e-3)
+        high = trainer.epsilon_high
+        log_s = torch.tensor([2 * high, 2 * high, -0.1 * high, 0.1 * high] if clipped else [0.0, 0.1 * high] * 2)
+        adv = torch.tensor([1.0, 1.0, -1.0, 1.0])
+        trainer.response_stats.record(log_s, torch.full((4,), 5), adv, torch.zeros(4, dtype=torch.bool),
+                                      (log_s > high) & (adv > 0), minibatch=2)  # fmt: skip
+        state.global_step += 1
+        control = TrainerControl(should_log=state.global_step % 2 == 0)
+        callback.on_step_end(cfg, state, control)
+
+    with caplog.at_level(logging.WARNING, logger="gspo_recipes.health"):
+        for _ in range(5):  # calibrating: everything clipped, no warning
+            step(clipped=True)
+        step(clipped=True, calibrated_now=True)  # step 6 trains with the calibrated range: window 5-6 has both
+        assert "rollouts are wasted" not in caplog.text
+        for _ in range(4):
+            step(clipped=False)
+        assert "rollouts are wasted" not in caplog.text
+        for _ in range(4):
+            step(clipped=True)
+    assert caplog.text.count("rollouts are wasted") == 1
+
+
+def test_two_processes_show_every_warning_once_from_the_main_process_with_gathered_figures(tmp_path):
+    """Two runs built to fire the config's, the sampler's, the mismatch monitor's, the calibration's and the health
+    callback's warnings (tests/scripts/two_process_warnings.py): each shows once, from rank 0, with the figures the
+    run logged (gathered from both processes)."""
+    result = launch_two_cpu_processes("two_process_warnings.py", str(tmp_path), cwd=tmp_path, timeout=300)
+    shown = re.findall(r"\[rank(\d)\] (gspo_recipes[\w.]*): (.*)", result.stdout + result.stderr)
+    kinds = {
+        "gspo_recipes.sampler.old_logps": "with dropout on",
+        "gspo_recipes.sampler.mismatch": "Mismatch between the sampler's",
+        "gspo_recipes.trainer": "Calibrated the clip range",
+        "gspo_recipes.config": "training is fully on-policy",
+        "gspo_recipes.health": "GSPO health: training is fully on-policy",
+    }
+    for name, text in kinds.items():
+        lines = [(rank, message) for rank, logger, message in shown if logger == name and text in message]
+        assert [rank for rank, _ in lines] == ["0"], (name, shown)
+    assert all(rank == "0" for rank, _, _ in shown), shown
+    history = json.loads((tmp_path / "history.json").read_text())
+    message = next(m for _, logger, m in shown if logger == "gspo_recipes.sampler.mismatch")
+    warned_mean = float(re.search(r"mean log s_i \(trainer - sampler\) = (\S+) ", message).group(1))
+    assert warned_mean == pytest.approx(history[0]["gspo/sampler_mismatch/log_s_mean"], rel=1e-2)
+    message = next(m for _, logger, m in shown if logger == "gspo_recipes.trainer")
+    warned = [float(v) for v in re.search(r"epsilon=(\S+), epsilon_high=(\S+) \(was", message).groups()]
+    calibrated = [history[-2]["gspo/epsilon_low"], history[-2]["gspo/epsilon_high"]]
+    assert warned == pytest.approx(calibrated, rel=1e-2)

@@ -6,6 +6,7 @@ import types
 
 import pytest
 import torch
+from conftest import assert_close_to_rounding, assert_grads_close
 
 from gspo_recipes.moe import (
     MOE_FAMILIES,
@@ -95,7 +96,8 @@ def test_recorder_joins_chunked_calls_and_ignores_calls_after_exit():
 
 
 @pytest.mark.parametrize("family", MOE_FAMILIES)
-def test_replay_reproduces_the_recorded_pass_and_its_gradients(family):
+def replayed_and_plain_gradients(family):
+    """Gradients of the same pass with natural routing and with its routes replayed; the routes actually used."""
     model = build_tiny_moe(family)
     ids = sample_ids()
     with RouteRecorder(model) as recorder:
@@ -107,10 +109,32 @@ def test_replay_reproduces_the_recorded_pass_and_its_gradients(family):
         replayed = token_logps(model, ids)
         replayed.sum().backward()
     assert torch.equal(used.as_routes(3, 12).long(), recorder.routes().long())
-    assert (replayed - logps).abs().max().item() <= 1e-6
-    for name, param in model.named_parameters():
-        if name in plain_grads:
-            torch.testing.assert_close(param.grad, plain_grads[name], atol=1e-6, rtol=1e-5, msg=name)
+    assert_close_to_rounding(replayed, logps, "log-probabilities")
+    replayed_grads = {name: p.grad.clone() for name, p in model.named_parameters() if name in plain_grads}
+    return replayed_grads, plain_grads
+
+
+@pytest.mark.parametrize("family", MOE_FAMILIES)
+def test_replay_reproduces_the_recorded_pass_and_its_gradients(family):
+    assert_grads_close(*replayed_and_plain_gradients(family))
+
+
+def test_gradient_comparison_passes_rounding_at_any_scale_and_catches_a_1e_4_error():
+    """The suite's gradient comparison (conftest.assert_grads_close) on gpt_oss's replay gradients: a float32 rounding
+    difference of 1e-6 relative passes on a tensor of any scale (another CPU; a fixed atol=1e-6 fails once the
+    tensor's scale passes 1), and an error of 1e-4, relative or absolute, in one element is caught."""
+    replayed, plain = replayed_and_plain_gradients("gpt_oss")
+    name = "model.layers.0.self_attn.o_proj.bias"
+    for factor in (1.0, 1e3):  # the same gradient at its own scale and a thousand times larger
+        scaled = {n: g * factor for n, g in plain.items()}
+        rounded = {n: g * (1 + 1e-6 * torch.randn_like(g).sign()) for n, g in scaled.items()}
+        assert_grads_close(rounded, scaled)
+    scale = plain[name].abs().max().item()
+    for error in (1e-4 * scale, 1e-4):
+        wrong = {n: g.clone() for n, g in plain.items()}
+        wrong[name].view(-1)[0] += error
+        with pytest.raises(AssertionError, match="o_proj.bias"):
+            assert_grads_close(wrong, plain)
 
 
 @pytest.mark.parametrize("implementation", ["eager", "batched_mm", "grouped_mm"])
@@ -197,9 +221,7 @@ def test_replay_holds_through_gradient_checkpointing(family, use_reentrant):
     assert ckpt_calls == 2 * calls  # each router ran again in backward, so the recomputation was replayed
     assert recorded == ckpt_recorded == 1  # recomputations are not recorded twice
     assert abs(loss - ckpt_loss) <= 1e-6
-    assert grads.keys() == ckpt_grads.keys()
-    for name in grads:
-        torch.testing.assert_close(ckpt_grads[name], grads[name], atol=1e-6, rtol=1e-5, msg=name)
+    assert_grads_close(ckpt_grads, grads)
 
 
 def test_replay_consumes_rows_across_chunked_calls():

@@ -94,6 +94,7 @@ def test_code_rewards_log_suspicious_frac_under_their_own_names():
 
 class FakeAccelerator:
     device = "cpu"
+    is_main_process = True
 
     def __init__(self):
         self.reductions = 0
@@ -109,8 +110,8 @@ def fake_trainer():
 
 def log_step(callback, trainer, clean: int, suspicious: list[str], should_log: bool = True):
     SUSPICIOUS_COUNTS.add("code_execution", [set()] * clean + [scan_code(HACKS[name]) for name in suspicious])
-    control = SimpleNamespace(should_log=should_log)
-    callback.on_step_end(None, SimpleNamespace(global_step=1), control)
+    control = SimpleNamespace(should_log=should_log, should_training_stop=False)
+    callback.on_step_end(None, SimpleNamespace(global_step=1, max_steps=100), control)
     return trainer.__dict__.get("gspo_diagnostics_sections", {}).pop("reward_hacking", None)
 
 

@@ -188,6 +188,53 @@ def test_sampler_logps_equal_the_trainers_for_absolute_position_models(tmp_path,
     assert_close_on(out["completion_mask"], out["old_per_token_logps"], recomputed_logps(trainer, out), atol=1e-5)
 
 
+PROMPTS_OF_SEVERAL_LENGTHS = ("1+2=", "30+41=", "123+4567=", "9=")
+
+
+def gpt2_mismatch(tmp_path, tiny, prompt_dataset, caplog, **overrides):
+    """One monitored generation batch of a tiny GPT-2 over left-padded prompts: mismatch figures and warnings."""
+    _, tokenizer = tiny
+    torch.manual_seed(0)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="gspo_recipes.sampler"):
+        trainer = make_trainer(
+            tmp_path, (tiny_gpt2(tokenizer), tokenizer), prompt_dataset, sampler_mismatch_steps=1, **overrides
+        )
+        batch = [{"prompt": p} for p in PROMPTS_OF_SEVERAL_LENGTHS for _ in range(trainer.num_generations)]
+        out = trainer._generate_and_score_completions(batch)
+    assert out["prompt_mask"].sum(1).unique().numel() > 1, "prompts of different lengths, so some are padded"
+    metrics = trainer._metrics["train"]
+    return {name: metrics[MISMATCH_PREFIX + name][-1] for name in ("log_s_mean", "outside_clip_frac")}, caplog.text
+
+
+def test_recompute_mode_monitor_predicts_what_sampler_mode_sees_on_absolute_position_models(
+    tmp_path, tiny, prompt_dataset, caplog
+):
+    """GPT-2 (learned positions), left-padded prompts, dropout off: sampler mode sees no mismatch, so the monitor in
+    recompute mode must report none either, nor advise that switching would clip."""
+    for source in ("recompute", "sampler"):
+        figures, warnings = gpt2_mismatch(
+            tmp_path / source, tiny, prompt_dataset, caplog, old_logps_source=source, disable_dropout=True
+        )
+        assert abs(figures["log_s_mean"]) < 1e-6 and figures["outside_clip_frac"] == 0.0, (source, figures)
+        assert "Mismatch" not in warnings, source
+
+
+def test_dropout_is_named_as_the_cause_of_the_mismatch(tmp_path, tiny, prompt_dataset, caplog):
+    """GPT-2 with its default dropout on (TRL's disable_dropout=False): in sampler mode a warning at start and the
+    mismatch warning name dropout and its fix; recompute mode's monitor predicts the same; with dropout off, silence."""
+    for source in ("sampler", "recompute"):
+        figures, warnings = gpt2_mismatch(
+            tmp_path / source, tiny, prompt_dataset, caplog, old_logps_source=source, disable_dropout=False
+        )
+        assert figures["outside_clip_frac"] > 0.5, (source, figures)
+        assert "Mismatch" in warnings and "applies dropout" in warnings and "disable_dropout=True" in warnings
+        assert ("with dropout on" in warnings) == (source == "sampler")
+    _, warnings = gpt2_mismatch(tmp_path / "off", tiny, prompt_dataset, caplog, old_logps_source="sampler",
+                                disable_dropout=True)  # fmt: skip
+    assert warnings == ""
+
+
 def test_bf16_mismatch_is_measured_and_warned_when_it_alone_would_clip(tmp_path, tiny, prompt_dataset, caplog):
     """Under bf16 autocast the generator's and the trainer's log-probabilities differ by about the clip range's size;
     the monitor measures it, and warns once the mismatch alone puts responses outside the range."""

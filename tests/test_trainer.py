@@ -5,7 +5,7 @@ import logging
 
 import pytest
 import torch
-from conftest import digit_count_reward, length_reward, tiny_config
+from conftest import assert_grads_close, digit_count_reward, length_reward, tiny_config
 from trl import GRPOConfig, GRPOTrainer, TrlParser
 
 from gspo_recipes import GSPOConfig, GSPOTrainer
@@ -176,9 +176,7 @@ def test_equals_trl_grpo_trainer_on_response_advantages(tmp_path, tiny, prompt_d
     loss_gspo, grads_gspo, metrics_gspo = loss_and_grads(gspo, inputs)
     loss_trl, grads_trl, metrics_trl = loss_and_grads(trl, inputs)
     assert abs(loss_gspo - loss_trl) < 1e-6
-    assert grads_gspo.keys() == grads_trl.keys()
-    for name in grads_gspo:
-        assert torch.allclose(grads_gspo[name], grads_trl[name], atol=1e-6), name
+    assert_grads_close(grads_gspo, grads_trl)
     clip = metrics_gspo["clip_ratio/region_mean"][-1]
     assert 0 < clip < 1, "the crafted batch should clip some responses and not others"
     trl_clip_metrics = sorted(key for key in metrics_trl if key.startswith("clip_ratio/"))
@@ -196,8 +194,7 @@ def test_equals_trl_with_kl_term(tmp_path, tiny, prompt_dataset, bias_correction
     loss_gspo, grads_gspo, _ = loss_and_grads(gspo, inputs)
     loss_trl, grads_trl, _ = loss_and_grads(trl, inputs)
     assert abs(loss_gspo - loss_trl) < 1e-6
-    for name in grads_gspo:
-        assert torch.allclose(grads_gspo[name], grads_trl[name], atol=1e-6, rtol=1e-5), name
+    assert_grads_close(grads_gspo, grads_trl)
 
 
 def test_gspo_token_in_the_trainer_matches_the_reference_loss(tmp_path, tiny, prompt_dataset):
@@ -213,8 +210,7 @@ def test_gspo_token_in_the_trainer_matches_the_reference_loss(tmp_path, tiny, pr
     ref_loss, _ = gspo_loss(logps, inputs["old_per_token_logps"], inputs["advantages"], inputs["completion_mask"])
     ref_loss.backward()
     assert loss.item() == pytest.approx(ref_loss.item(), abs=1e-6)
-    for name, param in gspo.model.named_parameters():
-        assert torch.allclose(grads[name], param.grad, atol=1e-6), name
+    assert_grads_close(grads, {name: param.grad for name, param in gspo.model.named_parameters()})
 
 
 def test_per_token_advantages_through_trl_loss_are_refused(tmp_path, tiny, prompt_dataset):

@@ -5,7 +5,9 @@ log-probabilities, both sources are compared on the same responses: log s_i = me
 ratio every response would start from on its first minibatch with `old_logps_source="sampler"`. Logged:
 `gspo/sampler_mismatch/log_s_mean`, `log_s_std`, `token_max_abs` (largest |trainer - sampler| over tokens) and
 `outside_clip_frac` (responses whose mismatch alone is outside the clip range). A warning names the side when the
-mismatch alone would clip: its mean is outside the range, or more than `WARN_OUTSIDE_FRAC` of the responses are.
+mismatch alone would clip: its mean is outside the range, or more than `WARN_OUTSIDE_FRAC` of the responses are, and
+names dropout first when the model applies it (each pass draws its own mask: TRL's `disable_dropout=False`). Warnings
+come from the main process only, with figures gathered from every process.
 """
 
 from __future__ import annotations
@@ -40,6 +42,28 @@ def mismatch_log_ratio(
     log_s = diff.sum(-1) / count.clamp(min=1)
     token_max = diff.abs().max() if diff.numel() else diff.new_zeros(())
     return log_s, count > 0, token_max
+
+
+def active_dropout(model) -> float:
+    """The largest dropout rate a forward pass of `model` in training mode applies (0.0: none). TRL's
+    `disable_dropout=True` zeroes every `nn.Dropout`; a config's `attention_dropout` is applied functionally."""
+    rates = [m.p for m in model.modules() if isinstance(m, torch.nn.Dropout)]
+    config_rate = getattr(getattr(model, "config", None), "attention_dropout", 0.0)
+    rates.append(config_rate if isinstance(config_rate, float) else 0.0)
+    return max(rates)
+
+
+def dropout_cause(model) -> str:
+    """The sentence that names dropout as a cause of the mismatch, or "" when the model applies none in training (the
+    mode the monitor compares in and sampler mode samples in)."""
+    rate = active_dropout(model)
+    if not rate:
+        return ""
+    return (
+        f"The model applies dropout (rate up to {rate:g}): generation and the trainer's pass each draw their own "
+        "random mask, so their log-probabilities differ at random by far more than rounding. Fix that first: "
+        "disable_dropout=True. "
+    )
 
 
 def clipping_side(log_s: torch.Tensor, eps_low: float, eps_high: float) -> str | None:
@@ -106,10 +130,12 @@ class MismatchMonitor:
         }[side]
         when = "" if self.sampler_mode else "with old_logps_source='sampler', "
         mean = log_s.mean().item()
+        if not t.accelerator.is_main_process:  # every process decided the same from the gathered figures
+            return
         logger.warning(
             "Mismatch between the sampler's and the trainer's log-probabilities at step %s: mean log s_i (trainer - "
             "sampler) = %.3g (s_i starts at %.6g) and %.0f%% of the responses start beyond %s, so %sresponses with "
-            "%s are clipped on the first minibatch of every rollout batch by the mismatch alone. Fix: keep "
+            "%s are clipped on the first minibatch of every rollout batch by the mismatch alone. %sFix: keep "
             "old_logps_source='recompute', remove the mismatch (same dtype and kernels in both engines, float32 "
             "rather than bf16 where you can, unfiltered sampling), or widen the clip range beyond |%.3g|. Watch "
             "gspo/sampler_mismatch/log_s_mean and outside_clip_frac.",
@@ -120,5 +146,6 @@ class MismatchMonitor:
             bound,
             when,
             responses,
+            dropout_cause(t.model),
             max(abs(log_s.min().item()), abs(log_s.max().item())),
         )

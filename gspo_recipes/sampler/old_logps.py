@@ -22,7 +22,7 @@ import torch
 
 from .. import _trl
 from .generation_logprobs import AlignmentError, GenerationLogprobRecorder, generation_module
-from .mismatch import MismatchMonitor
+from .mismatch import MismatchMonitor, dropout_cause
 from .vllm_is_weight import apply_geometric_mean_weight
 
 logger = logging.getLogger(__name__)
@@ -63,6 +63,16 @@ class SamplerLogprobs:
                 "old_logps_source='sampler' has no forward pass to skip: with one optimizer step per generation "
                 "batch TRL already takes the old log-probabilities from the loss's own pass."
             )
+            return
+        if not t.accelerator.is_main_process:  # setup warnings: the same on every process, shown once
+            return
+        dropout = dropout_cause(t.model)
+        if dropout:
+            logger.warning(
+                "old_logps_source='sampler' with dropout on: pi_old becomes the log-probabilities of one random "
+                "dropout draw during generation, and every s_i starts away from 1 by dropout noise alone. %s",
+                dropout,
+            )
         if t.use_vllm and (t.top_p < 1.0 or (t.top_k or 0) > 0 or t.min_p):
             logger.warning(
                 "old_logps_source='sampler' with vLLM and top_p=%s, top_k=%s, min_p=%s: vLLM's log-probabilities are "
@@ -75,9 +85,11 @@ class SamplerLogprobs:
             )
 
     def _warn_once(self, key: str, message: str, *args) -> None:
+        """Once per run, from the main process (callers decide alike on every process)."""
         if key not in self._warned:
             self._warned.add(key)
-            logger.warning(message, *args)
+            if self.trainer.accelerator.is_main_process:
+                logger.warning(message, *args)
 
     # ------------------------------------------------------------------ the hooks
 
@@ -97,8 +109,7 @@ class SamplerLogprobs:
         elif t.use_vllm and t.vllm_importance_sampling_correction and self.is_ratio == "geometric_mean":
             apply_geometric_mean_weight(t, output, "train" if train else "eval")
         if monitor and output.get("sampling_per_token_logps") is not None:
-            trainer_logps = None if round_.intercepted else output.get("old_per_token_logps")
-            self.monitor.compare(output, self._recompute(output) if trainer_logps is None else trainer_logps)
+            self.monitor.compare(output, self._trainer_logps_as_sampler_mode_sees_them(output, round_))
         if round_.captured and not round_.intercepted:  # recorded for the monitor only: leave TRL's inputs alone
             output.pop("sampling_per_token_logps", None)
         return output
@@ -163,7 +174,10 @@ class SamplerLogprobs:
                 f"{(input_ids.size(0), logits_to_keep)}. Set old_logps_source='recompute'."
             )
         missing = torch.isnan(old)
-        if missing.any():  # vLLM could not score these tokens: take them from the training engine
+        # Every process passes here at the same call (TRL's old-policy pass): if any has a gap, all run the pass
+        # (a sharded model's forward is collective) and the main process says so.
+        any_missing = t.accelerator.gather(missing.any().long().reshape(1).to(old.device)).sum().item() > 0
+        if any_missing:  # vLLM could not score these tokens: take them from the training engine
             self._warn_once(
                 "nan",
                 "The sampler returned no log-probability for some tokens; those tokens are taken from a forward pass "
@@ -183,11 +197,53 @@ class SamplerLogprobs:
         padded = pad(rows, padding_value=0.0, padding_side="right", pad_to_multiple_of=self.trainer.pad_to_multiple_of)
         return padded.to(device)
 
-    def _recompute(self, output) -> torch.Tensor:
-        """The training engine's log-probabilities of the batch's completions (one forward pass, no gradient)."""
+    def _trainer_logps_as_sampler_mode_sees_them(self, output, round_: GenerationRound) -> torch.Tensor:
+        """The trainer's side of the monitor's comparison, so that it measures what `"sampler"` mode would see.
+
+        In sampler mode transformers generation runs with the trainer's positions, so the two sources differ only by
+        the engines. Generation as TRL runs it (recompute mode, or nothing to intercept) numbers positions from each
+        prompt's first real token; with left-padded prompts a model with learned absolute positions (GPT-2) then
+        scores differently from TRL's pass, a gap sampler mode does not have. There the trainer's side is scored with
+        generation's positions (one pass); elsewhere TRL's old-policy values serve when it computed them. vLLM keeps
+        its own positions in both modes, so it is compared with TRL's pass as it is.
+        """
+        t = self.trainer
+        generation_positions = not round_.intercept and not t.use_vllm and bool((output["prompt_mask"] == 0).any())
+        trainer_logps = None if round_.intercepted else output.get("old_per_token_logps")
+        if trainer_logps is None or generation_positions:
+            return self._recompute(output, generation_positions)
+        return trainer_logps
+
+    def _recompute(self, output, generation_positions: bool = False) -> torch.Tensor:
+        """The training engine's log-probabilities of the batch's completions (one forward pass, no gradient); with
+        `generation_positions`, numbered as `generate` numbers them."""
         from trl.models.utils import disable_gradient_checkpointing
 
         t = self.trainer
-        with torch.no_grad(), disable_gradient_checkpointing(t.model, t.args.gradient_checkpointing_kwargs):
-            logps, _, _ = _trl.score_completions(t, t.model, output, batch_size=t.args.per_device_train_batch_size)
+        handle = (
+            t.model.register_forward_pre_hook(_generation_position_ids, with_kwargs=True)
+            if generation_positions
+            else None
+        )
+        # The monitor's own pass: its dropout draws (if any) must not move the random state training continues from.
+        devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+        try:
+            with (
+                torch.random.fork_rng(devices=devices),
+                torch.no_grad(),
+                disable_gradient_checkpointing(t.model, t.args.gradient_checkpointing_kwargs),
+            ):
+                logps, _, _ = _trl.score_completions(t, t.model, output, batch_size=t.args.per_device_train_batch_size)
+        finally:
+            if handle is not None:
+                handle.remove()
         return logps
+
+
+def _generation_position_ids(module, args, kwargs):
+    """Positions as transformers' `generate` numbers them: from each row's first attended token (padding gets 0)."""
+    mask = kwargs.get("attention_mask")
+    if mask is None or kwargs.get("position_ids") is not None:
+        return None
+    positions = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)
+    return args, {**kwargs, "position_ids": positions}
