@@ -24,7 +24,8 @@ from trl import GRPOConfig, GRPOTrainer
 
 from . import _trl
 from .calibration import EpsilonCalibration
-from .config import GSPOConfig, from_grpo_config
+from .config import GSPOConfig
+from .grpo_conversion import from_grpo_config
 from .loss import (
     MAX_LOG_RATIO,
     clipped_sides,
