@@ -9,6 +9,9 @@ Logged at every logging step, over the responses seen since the previous one and
 `gspo/clip_frac`, `gspo/clip_frac_low`, `gspo/clip_frac_high`; the same under `/len_{lo}-{hi}` per length bucket;
 `gspo/clip_frac/minibatch_{k}` (k = 1 is the on-policy minibatch). High: s_i > 1 + epsilon_high with A > 0.
 Low: s_i < 1 - epsilon_low with A < 0. Copy this file into your project freely; it needs gspo-recipes installed.
+
+Only the sequence clip is described: when the trainer's loss applies another (token-level ratios: TRL logs its own
+`clip_ratio/*`) or none (SAPO, VESPO, CISPO's cap), the callback logs nothing and gives no health warning.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from __future__ import annotations
 import torch
 from transformers import TrainerCallback
 
-from gspo_recipes._trl import add_to_trainer_logs, attach_response_stats, has_off_policy_minibatches
+from gspo_recipes._trl import add_to_trainer_logs, applied_clip, attach_response_stats, has_off_policy_minibatches
 from gspo_recipes.health import HealthWarnings
 from gspo_recipes.response_stats import bucket_label
 from gspo_recipes.response_stats import length_buckets as make_length_buckets
@@ -42,14 +45,19 @@ class ClipFractionByLengthCallback(TrainerCallback):
         self.buckets = make_length_buckets(trainer.args.max_completion_length, length_buckets)
         self.warnings = HealthWarnings(quiet_steps, min_responses)
 
+    def describes_the_loss(self) -> bool:
+        """Whether the loss applies the sequence clip these statistics count (module docstring)."""
+        return applied_clip(self.trainer) == "sequence"
+
     def on_train_begin(self, args, state, control, **kwargs):
-        self.warnings.check_setup(not has_off_policy_minibatches(self.trainer.args))
+        if self.describes_the_loss():
+            self.warnings.check_setup(not has_off_policy_minibatches(self.trainer.args))
 
     def on_step_end(self, args, state, control, **kwargs):
         if not control.should_log:
             return
-        window = self.stats.window(state.global_step, self.trainer.accelerator)
-        if window["log_s"].numel() == 0:
+        window = self.stats.window(state.global_step, self.trainer.accelerator)  # drained either way
+        if window["log_s"].numel() == 0 or not self.describes_the_loss():
             return
         add_to_trainer_logs(self.trainer, clip_fractions(window, self.buckets))
         self.warnings.check_window(window, args)
