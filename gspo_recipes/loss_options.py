@@ -3,8 +3,10 @@ so that GSPO-token, the log-ratio clamp and the clip-range calibration stay on w
 
 - `off_policy_mask_threshold` (OPSM, DeepSeek-V3.2): drops negative-advantage responses whose mean KL from the
   sampler exceeds the threshold; `gspo/opsm/masked_frac` is the share of responses it drops.
-- `top_entropy_quantile`: keeps the policy term on the highest-entropy tokens only; `gspo/top_entropy/masked_frac` is
-  the share of completion tokens it drops.
+- `top_entropy_quantile`: masks the policy term of all but the highest-entropy tokens; `gspo/top_entropy/masked_frac`
+  is the share of completion tokens it masks. With one ratio per response, TRL's mask weights each response by its
+  share of high-entropy tokens (the ratio is the response's, so its gradient still reaches every token), and so does
+  `response_share` here; for per-token advantages too.
 - `delta` (INTELLECT-2): caps the unclipped ratio (in `gspo_token_objective`); `gspo/delta/masked_frac` is the share of
   responses whose gradient the cap removes (s_i > delta with A < 0).
 - The entropy bonus (`entropy_coef`, `use_adaptive_entropy`): TRL's term and controller, unchanged.
@@ -37,6 +39,12 @@ def policy_masks(trainer, inputs, per_token_logps, old_per_token_logps, entropie
             trainer.off_policy_mask_threshold,
         )
     return off_policy_mask, entropy_mask
+
+
+def response_share(token_mask: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """(B, 1): each response's share of its completion tokens that `token_mask` keeps."""
+    mask = mask.to(torch.float32)
+    return ((token_mask * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).unsqueeze(-1)
 
 
 def masked_shares(trainer, mask, off_policy_mask, entropy_mask, log_s, response_adv, global_mean) -> dict[str, float]:

@@ -34,7 +34,7 @@ from .loss import (
     response_advantage,
     sequence_log_ratio,
 )
-from .loss_options import add_entropy_bonus, masked_shares, policy_masks
+from .loss_options import add_entropy_bonus, masked_shares, policy_masks, response_share
 from .sampler import SamplerLogprobs
 
 logger = logging.getLogger(__name__)
@@ -211,8 +211,8 @@ class GSPOTrainer(GRPOTrainer):
         per_token_loss = -surrogate
         if off_policy_mask is not None:
             per_token_loss = per_token_loss * off_policy_mask
-        if entropy_mask is not None:
-            per_token_loss = per_token_loss * entropy_mask
+        if entropy_mask is not None:  # TRL's effect with a sequence ratio (loss_options.py)
+            per_token_loss = per_token_loss * response_share(entropy_mask, mask).to(per_token_loss.dtype)
         if self.use_vllm and self.vllm_importance_sampling_correction:
             per_token_loss = per_token_loss * inputs["importance_sampling_ratio"]
         per_token_kl = None
