@@ -106,15 +106,15 @@ def applied_clip(trainer) -> str | None:
 # ------------------------------------------------------------------------- what the caller of a GRPOConfig passed
 
 GIVEN_FIELDS_ATTRIBUTE = "_gspo_given_fields"
-AT_INIT_ATTRIBUTE = "_gspo_values_at_init"
 
 
-def record_given_fields(config_class, watched: tuple[str, ...]) -> None:
-    """Make `config_class` (TRL's GRPOConfig) remember which arguments its caller passed, and the values of `watched`
-    right after construction, so that a conversion can tell an explicit `epsilon=0.2` from an unset one.
+def record_given_fields(config_class) -> None:
+    """Make `config_class` (TRL's GRPOConfig) remember which fields its caller set, passed to the constructor or
+    assigned afterwards, so that a conversion can tell an explicit `epsilon=0.2` from an unset one.
 
-    Wraps the dataclass `__init__` of that one class; dataclass subclasses (GSPOConfig) have their own and are
-    untouched. Construction, fields and values are unchanged.
+    Wraps the dataclass `__init__` of that one class (dataclass subclasses such as GSPOConfig have their own, and never
+    record) and adds a `__setattr__` that notes assignments once construction is over. Fields and values are
+    unchanged.
     """
     init = config_class.__init__
     if getattr(init, "records_given_fields", False):
@@ -124,23 +124,29 @@ def record_given_fields(config_class, watched: tuple[str, ...]) -> None:
     @functools.wraps(init)
     def init_and_record(self, *args, **kwargs):
         init(self, *args, **kwargs)
-        self.__dict__[GIVEN_FIELDS_ATTRIBUTE] = frozenset(names[: len(args)]) | frozenset(kwargs)
-        self.__dict__[AT_INIT_ATTRIBUTE] = {name: getattr(self, name) for name in watched}
+        self.__dict__[GIVEN_FIELDS_ATTRIBUTE] = set(names[: len(args)]) | set(kwargs)
+
+    def setattr_and_record(self, name, value):
+        object.__setattr__(self, name, value)
+        given = self.__dict__.get(GIVEN_FIELDS_ATTRIBUTE)
+        if given is not None:
+            given.add(name)
 
     init_and_record.records_given_fields = True
     config_class.__init__ = init_and_record
+    config_class.__setattr__ = setattr_and_record
 
 
 def given_fields(config) -> set[str] | None:
-    """The fields the caller set: passed to the constructor or assigned afterwards. None when that is unknown (built
-    before gspo_recipes was imported, or with every field passed, as `HfArgumentParser` and `dataclasses.replace` do);
-    then only values that differ from the defaults can tell."""
-    passed = config.__dict__.get(GIVEN_FIELDS_ATTRIBUTE)
-    if passed is None or len(passed) >= len([f for f in fields(config) if f.init]):
+    """The fields the caller set. None when that is unknown (built before gspo_recipes was imported, or with every
+    field passed, as `HfArgumentParser` and `dataclasses.replace` do); then only values that differ from the defaults
+    can tell."""
+    given = config.__dict__.get(GIVEN_FIELDS_ATTRIBUTE)
+    if given is None or len(given & {f.name for f in fields(config) if f.init}) >= len(
+        [f for f in fields(config) if f.init]
+    ):
         return None
-    at_init = config.__dict__.get(AT_INIT_ATTRIBUTE, {})
-    assigned = {name for name, value in at_init.items() if getattr(config, name) != value}
-    return set(passed) | assigned
+    return set(given)
 
 
 # ------------------------------------------------------------------------------- on-policy or not, and which minibatch

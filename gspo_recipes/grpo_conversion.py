@@ -41,7 +41,7 @@ CONVERTED_FIELDS = (
     "generation_batch_size",
 )
 
-_trl.record_given_fields(GRPOConfig, CONVERTED_FIELDS)
+_trl.record_given_fields(GRPOConfig)
 
 
 def from_grpo_config(args: GRPOConfig) -> GSPOConfig:
