@@ -11,6 +11,9 @@ Logged at every logging step, over the responses seen since the previous one and
 Low: s_i < 1 - epsilon_low with A < 0. The health warnings judge nothing while `GSPOTrainer` calibrates the clip
 range (`epsilon_calibration_steps`), nor over a window or across windows in which the range changed. Copy this file
 into your project freely; it needs gspo-recipes installed.
+
+Only the sequence clip is described: when the trainer's loss applies another (token-level ratios: TRL logs its own
+`clip_ratio/*`) or none (SAPO, VESPO, CISPO's cap), the callback logs nothing and gives no health warning.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from __future__ import annotations
 import torch
 from transformers import TrainerCallback
 
-from gspo_recipes._trl import add_to_trainer_logs, attach_response_stats, has_off_policy_minibatches
+from gspo_recipes._trl import add_to_trainer_logs, applied_clip, attach_response_stats, has_off_policy_minibatches
 from gspo_recipes.health import HealthWarnings
 from gspo_recipes.response_stats import bucket_label, checkpoint_folder, window_ends
 from gspo_recipes.response_stats import length_buckets as make_length_buckets
@@ -46,10 +49,15 @@ class ClipFractionByLengthCallback(TrainerCallback):
         self.warnings.emit = trainer.accelerator.is_main_process  # windows are gathered: judged alike everywhere
         self.clip_ranges: set[tuple[float, float]] = set()  # the clip ranges the current window's steps trained with
 
+    def describes_the_loss(self) -> bool:
+        """Whether the loss applies the sequence clip these statistics count (module docstring)."""
+        return applied_clip(self.trainer) == "sequence"
+
     def on_train_begin(self, args, state, control, **kwargs):
         if state.global_step > 0:  # resumed: the responses of the window that was open at the checkpoint
             self.stats.restore_open_window(checkpoint_folder(args, state), state.is_world_process_zero)
-        self.warnings.check_setup(not has_off_policy_minibatches(self.trainer.args))
+        if self.describes_the_loss():
+            self.warnings.check_setup(not has_off_policy_minibatches(self.trainer.args))
 
     def on_save(self, args, state, control, **kwargs):
         self.stats.save_open_window(
@@ -61,14 +69,13 @@ class ClipFractionByLengthCallback(TrainerCallback):
         self.clip_ranges.add((self.trainer.epsilon_low, self.trainer.epsilon_high))
         if not window_ends(state, control):
             return
-        window = self.stats.window(state.global_step, self.trainer.accelerator)
+        window = self.stats.window(state.global_step, self.trainer.accelerator)  # drained either way
         ranges, self.clip_ranges = self.clip_ranges, set()
-        if window["log_s"].numel() == 0:
+        if window["log_s"].numel() == 0 or not self.describes_the_loss():
             return
         add_to_trainer_logs(self.trainer, clip_fractions(window, self.buckets))
-        if len(ranges) > 1 or calibrating(
-            self.trainer
-        ):  # judge nothing across a change of range, nor while calibrating
+        # Judge nothing across a change of range, nor while calibrating.
+        if len(ranges) > 1 or calibrating(self.trainer):
             self.warnings.restart()
             return
         self.warnings.check_window(window, args, ranges.pop())

@@ -24,6 +24,9 @@ on, the generation hooks only record (they never change what TRL computes).
 
 from __future__ import annotations
 
+import functools
+from dataclasses import fields
+
 import torch
 
 TESTED_TRL = "1.16"
@@ -72,9 +75,78 @@ PINNED_SIGNATURES = {
     "training_step": ("self", "model", "inputs", "num_items_in_batch"),
     "_save_checkpoint": ("self", "model", "trial"),
     "_load_optimizer_and_scheduler": ("self", "checkpoint"),
+    "get_high_entropy_mask": ("self", "entropies", "mask", "threshold"),
+    "get_off_policy_mask": (
+        "advantages",
+        "per_token_logps",
+        "sampling_per_token_logps",
+        "mask",
+        "off_policy_threshold",
+    ),
 }
 # Private attributes read or written.
-PRIVATE_ATTRIBUTES = ("_step", "_metrics", "_entropy_bonus_enabled")
+PRIVATE_ATTRIBUTES = ("_step", "_metrics", "_entropy_bonus_enabled", "_last_world_entropy", "_entropy_window_stats")
+
+# TRL 1.16's loss types, and the clip each applies to the ratio (`_compute_loss`): the two-sided PPO clip
+# [1 - epsilon, 1 + epsilon_high] at the importance_sampling_level, or none (CISPO caps the ratio at epsilon_high and
+# logs its own `cispo_clip_ratio`; SAPO's gate is smooth; VESPO weighs by a Gamma function of the sequence ratio).
+TWO_SIDED_CLIP_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")
+TRL_LOSS_TYPES = (*TWO_SIDED_CLIP_LOSS_TYPES, "cispo", "sapo", "vespo")
+
+
+def applied_clip(trainer) -> str | None:
+    """Which clip the trainer's loss applies: "sequence" (one per response, GSPO's), "token" (one per token, GRPO's)
+    or None (a loss type without the two-sided clip). Statistics and warnings about clipped responses hold only for
+    "sequence"."""
+    if trainer.loss_type not in TWO_SIDED_CLIP_LOSS_TYPES:
+        return None
+    return "sequence" if trainer.importance_sampling_level == "sequence" else "token"
+
+
+# ------------------------------------------------------------------------- what the caller of a GRPOConfig passed
+
+GIVEN_FIELDS_ATTRIBUTE = "_gspo_given_fields"
+
+
+def record_given_fields(config_class) -> None:
+    """Make `config_class` (TRL's GRPOConfig) remember which fields its caller set, passed to the constructor or
+    assigned afterwards, so that a conversion can tell an explicit `epsilon=0.2` from an unset one.
+
+    Wraps the dataclass `__init__` of that one class (dataclass subclasses such as GSPOConfig have their own, and never
+    record) and adds a `__setattr__` that notes assignments once construction is over. Fields and values are
+    unchanged.
+    """
+    init = config_class.__init__
+    if getattr(init, "records_given_fields", False):
+        return
+    names = [f.name for f in fields(config_class) if f.init]
+
+    @functools.wraps(init)
+    def init_and_record(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        self.__dict__[GIVEN_FIELDS_ATTRIBUTE] = set(names[: len(args)]) | set(kwargs)
+
+    def setattr_and_record(self, name, value):
+        object.__setattr__(self, name, value)
+        given = self.__dict__.get(GIVEN_FIELDS_ATTRIBUTE)
+        if given is not None:
+            given.add(name)
+
+    init_and_record.records_given_fields = True
+    config_class.__init__ = init_and_record
+    config_class.__setattr__ = setattr_and_record
+
+
+def given_fields(config) -> set[str] | None:
+    """The fields the caller set. None when that is unknown (built before gspo_recipes was imported, or with every
+    field passed, as `HfArgumentParser` and `dataclasses.replace` do); then only values that differ from the defaults
+    can tell."""
+    given = config.__dict__.get(GIVEN_FIELDS_ATTRIBUTE)
+    if given is None or len(given & {f.name for f in fields(config) if f.init}) >= len(
+        [f for f in fields(config) if f.init]
+    ):
+        return None
+    return set(given)
 
 
 # ------------------------------------------------------------------------------- on-policy or not, and which minibatch

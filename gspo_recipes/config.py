@@ -41,11 +41,11 @@ Parameters that differ from `GRPOConfig`'s defaults:
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
-from ._trl import has_off_policy_minibatches
+from ._trl import TWO_SIDED_CLIP_LOSS_TYPES, has_off_policy_minibatches
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +54,8 @@ logger = logging.getLogger(__name__)
 TOKEN_SUM_LOSS_TYPES = ("bnpo", "dr_grpo", "dapo", "cispo")
 # Clip values this large are token-level (GRPO/PPO) ranges; sequence ratios concentrate like 1/sqrt(length).
 TOKEN_SIZED_EPSILON = 0.05
+# TRL's recommended CISPO cap on the ratio, `epsilon_high` (GRPOConfig's docs; ScaleRL's epsilon_max).
+CISPO_RECOMMENDED_CAP = 5.0
 
 
 def _has_accelerator() -> bool:
@@ -212,6 +214,8 @@ class GSPOConfig(GRPOConfig):
                 f"epsilon_target_clip={self.epsilon_target_clip} must lie strictly between 0 and 1 (0.1 clips 10% of "
                 "the responses on each side)."
             )
+        if self.loss_type not in TWO_SIDED_CLIP_LOSS_TYPES:  # CISPO's cap, or no clip at all (SAPO, VESPO)
+            return
         largest = max(self.epsilon, self.epsilon_high or 0.0)
         if self.importance_sampling_level == "token" and largest < TOKEN_SIZED_EPSILON:
             self._warn(
@@ -243,6 +247,13 @@ class GSPOConfig(GRPOConfig):
                 "is weighted by its length instead of GSPO's per-response mean (TRL issue 3823). Use "
                 "loss_type='grpo', or set allow_length_weighted_loss=True if you want the length weighting."
             )
+        cap = self.epsilon if self.epsilon_high is None else self.epsilon_high  # TRL's fallback for epsilon_high
+        if self.loss_type == "cispo" and cap < TOKEN_SIZED_EPSILON:
+            raise ValueError(
+                f"loss_type='cispo' caps every ratio at epsilon_high (TRL: clamp(ratio, max=epsilon_high), the "
+                f"epsilon_max of ScaleRL), so epsilon_high={cap} scales every gradient down by that factor and the run "
+                f"barely trains. Set epsilon_high={CISPO_RECOMMENDED_CAP} (TRL's recommended value for CISPO)."
+            )
 
     def _check_old_logps_source(self) -> None:
         if self.old_logps_source not in ("recompute", "sampler"):
@@ -258,6 +269,12 @@ class GSPOConfig(GRPOConfig):
             raise ValueError(
                 f"vllm_importance_sampling_sequence_ratio='{self.vllm_importance_sampling_sequence_ratio}' is not a "
                 "choice: use 'geometric_mean' (length-normalised, for GSPO) or 'product' (TRL's exp(sum))."
+            )
+        if self.old_logps_source == "sampler" and (self.generation_kwargs or {}).get("num_beams", 1) > 1:
+            raise ValueError(
+                "old_logps_source='sampler' needs the probability with which each token was sampled, and beam search "
+                "(generation_kwargs num_beams > 1) does not sample: its tokens come from a search over beams. Set "
+                "old_logps_source='recompute' (the trainer scores the responses itself), or remove num_beams."
             )
         if self.old_logps_source == "sampler" and self.use_transformers_continuous_batching and not self.use_vllm:
             raise ValueError(
@@ -287,6 +304,9 @@ class GSPOConfig(GRPOConfig):
         # TRL's own rule for when the old log-probabilities differ from the current ones (gspo_recipes/_trl.py).
         if has_off_policy_minibatches(self):
             return
+        token_level_grpo = self.importance_sampling_level == "token" and not self.epsilon_calibration_steps
+        if token_level_grpo:  # TRL's GRPO default; the advice below is about sequence ratios
+            return
         if self.epsilon_calibration_steps:
             raise ValueError(
                 "epsilon_calibration_steps needs off-policy minibatches, but every micro-step of a generation batch "
@@ -303,44 +323,3 @@ class GSPOConfig(GRPOConfig):
             self.num_iterations,
             self.gradient_accumulation_steps,
         )
-
-
-# The fields where TRL's GRPOConfig defaults are GRPO's and GSPOConfig's are the paper's. The clip range is one group:
-# a user who set either side chose a range, and both sides are kept.
-GSPO_DEFAULTS = (("importance_sampling_level",), ("loss_type",), ("beta",), ("epsilon", "epsilon_high"))
-
-
-def from_grpo_config(args: GRPOConfig) -> GSPOConfig:
-    """A plain `trl.GRPOConfig` as a `GSPOConfig`: every field the user set is kept; the fields still at GRPO's
-    defaults (token-level ratios, the DAPO loss, GRPO's clip range) take GSPO's, and a warning lists each change.
-    A GRPO-sized range that the user set explicitly is kept, and GSPOConfig's checks then speak about it."""
-    grpo_defaults = {f.name: f.default for f in fields(GRPOConfig)}
-    gspo_defaults = {f.name: f.default for f in fields(GSPOConfig)}
-    values = {f.name: getattr(args, f.name) for f in fields(GRPOConfig) if f.init}
-    changed = []
-    for group in GSPO_DEFAULTS:
-        if any(values[name] != grpo_defaults[name] for name in group):
-            continue
-        for name in group:
-            if values[name] != gspo_defaults[name]:
-                changed.append(f"{name}={values[name]!r} -> {gspo_defaults[name]!r}")
-                values[name] = gspo_defaults[name]
-    world = args.world_size
-    if values["steps_per_generation"] == args.gradient_accumulation_steps and values["generation_batch_size"] == (
-        args.per_device_train_batch_size * args.gradient_accumulation_steps * world
-    ):  # TRL derived both from the batch size: one optimizer step per generation batch
-        values["steps_per_generation"] = None
-        changed.append(
-            f"steps_per_generation -> num_minibatches ({gspo_defaults['num_minibatches']}) x "
-            "gradient_accumulation_steps"
-        )
-    values["generation_batch_size"] = None  # derived by TRL from steps_per_generation (it refuses both set)
-    values = {name: value for name, value in values.items() if name in {f.name for f in fields(GSPOConfig)}}
-    converted = GSPOConfig(**values)
-    logger.warning(
-        "GSPOTrainer got a plain trl.GRPOConfig, whose defaults train token-level GRPO. Converted it to a GSPOConfig: "
-        "%s. Fields you set yourself are kept. Pass gspo_recipes.GSPOConfig to silence this, or use trl.GRPOTrainer "
-        "for GRPO.",
-        "; ".join(changed) or "no field was at a GRPO default",
-    )
-    return converted

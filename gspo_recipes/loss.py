@@ -58,6 +58,7 @@ def gspo_token_objective(
     eps_low: float = EPS_LOW,
     eps_high: float = EPS_HIGH,
     max_log_ratio: float = MAX_LOG_RATIO,
+    delta: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per-token clipped surrogate (to be maximised) in the GSPO-token form.
 
@@ -66,6 +67,8 @@ def gspo_token_objective(
         logp_old: (N, T) the same under the policy that sampled them (no gradient).
         advantages: (N,) one per response, or (N, T) one per token.
         mask: (N, T) 1 on completion tokens, 0 on padding.
+        delta: TRL's `delta` (INTELLECT-2): the unclipped ratio is capped at it, so a negative-advantage response with
+            s_i > delta has no gradient. None (default) caps nothing.
 
     Returns:
         surrogate (N, T), log s_i (N,, detached and unclamped) and the per-token ratio value s_it (N, T, detached).
@@ -75,7 +78,8 @@ def gspo_token_objective(
     log_s_token = log_s.clamp(-max_log_ratio, max_log_ratio).unsqueeze(-1) + logp - logp.detach()
     ratio = torch.exp(log_s_token)
     adv = advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages
-    surrogate = torch.minimum(ratio * adv, torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high) * adv)
+    unclipped = ratio if delta is None else torch.clamp(ratio, max=delta)
+    surrogate = torch.minimum(unclipped * adv, torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high) * adv)
     return surrogate, log_s, ratio.detach()
 
 
@@ -100,15 +104,19 @@ def clipped_sides(
     return below & (response_adv < 0), above & (response_adv > 0)
 
 
-def mean_over_responses(per_token: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean over each response's tokens, then over the responses that have any token (TRL's `loss_type="grpo"`).
+def mean_over_responses(per_token: torch.Tensor, mask: torch.Tensor, num_responses: int | None = None) -> torch.Tensor:
+    """Mean over each response's tokens, then over responses (TRL's `loss_type="grpo"`).
 
-    Responses with no completion tokens contribute nothing, neither to the sum nor to the count.
+    Responses with no completion tokens contribute nothing to the sum. By default they do not count either (the mean
+    of this batch's non-empty responses); `num_responses` fixes the count instead. `GSPOTrainer` passes the size of
+    the micro-batch, as TRL does, so that a response's weight does not depend on how many of the responses that
+    happened to share its micro-batch were truncated (`mask_truncated_completions`).
     """
     mask = mask.to(per_token.dtype)
     lengths = mask.sum(-1)
     per_response = (per_token * mask).sum(-1) / lengths.clamp(min=1.0)
-    return per_response.sum() / (lengths > 0).sum().clamp(min=1).to(per_token.dtype)
+    count = (lengths > 0).sum().clamp(min=1) if num_responses is None else torch.tensor(max(num_responses, 1))
+    return per_response.sum() / count.to(per_token.dtype)
 
 
 def gspo_loss(

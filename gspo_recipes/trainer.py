@@ -1,16 +1,16 @@
 """`GSPOTrainer`: TRL's `GRPOTrainer` with the GSPO loss, GSPO-token for per-token advantages, and per-response
 statistics for the diagnostics callbacks.
 
-Only `_compute_loss` changes, and only for the GSPO setting (sequence ratios, `loss_type="grpo"`). There it differs
-from TRL's own loss in three ways:
+Only `_compute_loss` changes, and only for the GSPO setting (sequence ratios, `loss_type="grpo"`); every other loss
+type is TRL's own (the README's loss-type table). There it differs from TRL's own loss in three ways:
 - GSPO-token: with advantages of shape (B, T) each token's gradient is s_i * A_t * grad log pi(y_t) (the paper's
   stop-gradient form). TRL's main trainer broadcasts a sequence ratio against (B, T) advantages, which gives every
   token the response's mean advantage times the mean gradient instead.
 - The mean log-ratio is clamped before `exp`, so no response produces inf or NaN.
-- Responses with no completion tokens (for example truncated ones under `mask_truncated_completions`) neither
-  count in the mean over responses nor move the loss.
-For response-level advantages the loss and its gradient are otherwise TRL's, KL term included
-(tests/test_trainer.py checks it). What the trainer assumes about TRL's internals is in gspo_recipes/_trl.py.
+- The share masked by each of TRL's loss options (OPSM, top_entropy_quantile, delta) is logged (loss_options.py).
+For response-level advantages the loss and its gradient are otherwise TRL's, KL term, entropy bonus, OPSM,
+`top_entropy_quantile`, `delta` and the normalisation of `mask_truncated_completions` included (tests/test_trainer.py
+and tests/test_loss_options.py check it). What the trainer assumes about TRL's internals is in gspo_recipes/_trl.py.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from trl import GRPOConfig, GRPOTrainer
 
 from . import _trl
 from .calibration import EpsilonCalibration
-from .config import GSPOConfig, from_grpo_config
+from .config import GSPOConfig
+from .grpo_conversion import from_grpo_config
 from .loss import (
     MAX_LOG_RATIO,
     clipped_sides,
@@ -33,6 +34,7 @@ from .loss import (
     response_advantage,
     sequence_log_ratio,
 )
+from .loss_options import add_entropy_bonus, masked_shares, policy_masks, response_share
 from .sampler import SamplerLogprobs
 
 logger = logging.getLogger(__name__)
@@ -46,13 +48,46 @@ class GSPOTrainer(GRPOTrainer):
     _name = "GSPO"
     records_response_stats = True  # our loss records into `response_stats` once attach_response_stats sets it
 
-    def __init__(self, model, reward_funcs, args: GSPOConfig | None = None, *pos, **kwargs):
+    def __init__(
+        self,
+        model,
+        reward_funcs=None,
+        args=None,
+        train_dataset=None,
+        eval_dataset=None,
+        processing_class=None,
+        reward_processing_classes=None,
+        callbacks=None,
+        optimizers=(None, None),
+        quantization_config=None,
+        peft_config=None,
+        tools=None,
+        rollout_func=None,
+        environment_factory=None,
+    ):
         if args is None:
             name = model if isinstance(model, str) else model.config._name_or_path
             args = GSPOConfig(f"{name.split('/')[-1]}-GSPO")
         elif isinstance(args, GRPOConfig) and not isinstance(args, GSPOConfig):
             args = from_grpo_config(args)
-        super().__init__(model, reward_funcs, args, *pos, **kwargs)
+        super().__init__(
+            model,
+            reward_funcs,
+            args,
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            processing_class=processing_class,
+            reward_processing_classes=reward_processing_classes,
+            callbacks=callbacks,
+            optimizers=optimizers,
+            quantization_config=quantization_config,
+            peft_config=peft_config,
+            tools=tools,
+            rollout_func=rollout_func,
+            environment_factory=environment_factory,
+        )
+        # The clip the loss applies: "sequence", "token" or None; clip statistics and warnings consult it.
+        self.applied_clip = _trl.applied_clip(self)
         self.sampler_logprobs = SamplerLogprobs(self)  # old_logps_source, the mismatch monitor, vLLM's IS weight
         self._handed_to_trl = self._features_outside_gspo_loss()
         if self._handed_to_trl:
@@ -76,14 +111,6 @@ class GSPOTrainer(GRPOTrainer):
             reasons.append(f"importance_sampling_level='{self.importance_sampling_level}'")
         if self.loss_type != "grpo":
             reasons.append(f"loss_type='{self.loss_type}'")
-        if self.top_entropy_quantile < 1.0:
-            reasons.append("top_entropy_quantile < 1")
-        if self.off_policy_mask_threshold is not None:
-            reasons.append("off_policy_mask_threshold")
-        if _trl.entropy_bonus_enabled(self):
-            reasons.append("an entropy bonus")
-        if self.args.delta is not None:
-            reasons.append("delta")
         return reasons
 
     def _hand_loss_to_trl(self, args) -> None:
@@ -172,9 +199,22 @@ class GSPOTrainer(GRPOTrainer):
         advantages = inputs["advantages"]
 
         surrogate, log_s, _ = gspo_token_objective(
-            per_token_logps, old_per_token_logps, advantages, mask, self.epsilon_low, self.epsilon_high
+            per_token_logps,
+            old_per_token_logps,
+            advantages,
+            mask,
+            self.epsilon_low,
+            self.epsilon_high,
+            delta=self.args.delta,
+        )
+        off_policy_mask, entropy_mask = policy_masks(
+            self, inputs, per_token_logps, old_per_token_logps, entropies, advantages, mask
         )
         per_token_loss = -surrogate
+        if off_policy_mask is not None:
+            per_token_loss = per_token_loss * off_policy_mask
+        if entropy_mask is not None:  # TRL's effect with a sequence ratio (loss_options.py)
+            per_token_loss = per_token_loss * response_share(entropy_mask, mask).to(per_token_loss.dtype)
         if self.use_vllm and self.vllm_importance_sampling_correction:
             per_token_loss = per_token_loss * inputs["importance_sampling_ratio"]
         per_token_kl = None
@@ -182,9 +222,14 @@ class GSPOTrainer(GRPOTrainer):
             per_token_kl = self._per_token_kl(inputs, per_token_logps, old_per_token_logps, mask)
             per_token_loss = per_token_loss + self.beta * per_token_kl
 
-        loss = mean_over_responses(per_token_loss, mask)
+        # Normalised by the micro-batch's size, as TRL does: a truncated response (mask_truncated_completions) counts
+        # as zero and leaves its neighbours' weight alone.
+        loss = mean_over_responses(per_token_loss, mask, num_responses=mask.size(0))
+        policy_loss = loss.detach()
         if mode == "train":  # TRL turns off the Trainer's own scaling for gradient accumulation
             loss = loss / self.current_gradient_accumulation_steps
+        if _trl.entropy_bonus_enabled(self):
+            loss = add_entropy_bonus(self, loss, policy_loss, entropies, mask, entropy_mask, mode)
         if self.aux_loss_enabled:  # scaled for accumulation like the policy loss, as TRL does
             normalizer = self.current_gradient_accumulation_steps if mode == "train" else 1.0
             loss = loss + self.router_aux_loss_coef * aux_loss / normalizer
@@ -194,9 +239,19 @@ class GSPOTrainer(GRPOTrainer):
         low, high = clipped_sides(log_s, response_adv, self.epsilon_low, self.epsilon_high)
         lengths = mask.sum(-1)
         self._log_loss_metrics(mode, mask, entropies, low, high, lengths, per_token_kl)
+        metrics = _trl.metric_store(self, mode)
+        shares = masked_shares(self, mask, off_policy_mask, entropy_mask, log_s, response_adv, self._global_mean)
+        for name, value in shares.items():
+            metrics[name].append(value)
         if mode == "train":
             self._record_responses(log_s, lengths, response_adv, low, high)
         return loss
+
+    def _global_mean(self, values: torch.Tensor, weights: torch.Tensor) -> float:
+        """The weighted mean of `values` over every process."""
+        local = torch.stack([(values * weights).sum(), weights.sum()]).float()
+        total = self.accelerator.reduce(local, reduction="sum")
+        return (total[0] / total[1].clamp(min=1.0)).item()
 
     def _per_token_kl(self, inputs, per_token_logps, old_per_token_logps, mask) -> torch.Tensor:
         """TRL's k3 estimator of KL(pi_theta || pi_ref); with `use_bias_correction_kl`, times the sequence ratio with
@@ -218,12 +273,7 @@ class GSPOTrainer(GRPOTrainer):
     def _log_loss_metrics(self, mode, mask, entropies, low, high, lengths, per_token_kl) -> None:
         """TRL's metric names and meanings, so existing dashboards keep working; clip ratios count responses."""
         metrics = _trl.metric_store(self, mode)
-
-        def global_mean(values: torch.Tensor, weights: torch.Tensor) -> float:
-            local = torch.stack([(values * weights).sum(), weights.sum()]).float()
-            total = self.accelerator.reduce(local, reduction="sum")
-            return (total[0] / total[1].clamp(min=1.0)).item()
-
+        global_mean = self._global_mean
         token_mask = mask.float()
         if per_token_kl is not None:
             metrics["kl"].append(global_mean(per_token_kl.detach(), token_mask))

@@ -27,6 +27,15 @@ def test_trl_method_signatures_are_the_pinned_ones(method):
     assert params == _trl.PINNED_SIGNATURES[method], f"GRPOTrainer.{method} changed in TRL {trl.__version__}"
 
 
+def test_gspo_trainer_takes_grpo_trainers_signature():
+    """Names, order, kinds and defaults (reward_funcs optional, as in TRL 1.16): a class swap never breaks a call."""
+
+    def described(function):
+        return [(p.name, p.kind, p.default) for p in inspect.signature(function).parameters.values()]
+
+    assert described(GSPOTrainer.__init__) == described(GRPOTrainer.__init__)
+
+
 def test_trl_version_is_the_tested_one():
     assert trl.__version__.startswith(_trl.TESTED_TRL), "a new TRL: check every assumption in gspo_recipes/_trl.py"
 

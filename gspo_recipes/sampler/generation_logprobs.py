@@ -81,6 +81,12 @@ class GenerationLogprobRecorder:
             raise AlignmentError(f"{len(logps)} forward calls recorded for {steps} generated tokens")
         if steps == 0:
             return [[] for _ in completion_ids]
+        rows = {step.size(0) for step in logps[:steps]}
+        if rows != {len(completion_ids)}:  # beam search: batch x beams rows per step, one per completion at the end
+            raise AlignmentError(
+                f"the forward calls during generation had {sorted(rows)} rows for {len(completion_ids)} completions "
+                "(beam search, or another generation that does not sample one row per completion)"
+            )
         logps = torch.cat(logps[:steps], dim=1).cpu()
         tokens = torch.cat(tokens[:steps], dim=1).cpu()
         if logps.size(0) != len(completion_ids):
