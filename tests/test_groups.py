@@ -223,3 +223,57 @@ def test_two_processes_keep_equal_group_counts_and_finish(tmp_path):
     assert ranks[0]["kept_per_process"] == ranks[1]["kept_per_process"]  # both ranks decided the same picks
     assert ranks[0]["rounds"] == ranks[1]["rounds"] and max(ranks[0]["rounds"]) >= 2
     assert all(ranks[r]["trained_kinds"] == ["live"] for r in (0, 1))
+
+
+def moe_model_and_tokenizer():
+    from gspo_recipes.moe import build_tiny_moe
+    from gspo_recipes.tiny import build_tokenizer
+
+    tokenizer = build_tokenizer()
+    model = build_tiny_moe("qwen3_moe", vocab_size=len(tokenizer))
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    return model, tokenizer
+
+
+@pytest.mark.parametrize("feature", ["sampler_logps", "beta_and_diagnostics", "peft", "moe_replay"])
+def test_dynamic_sampling_with_the_other_features(tmp_path, tiny, feature):
+    overrides, model_and_tokenizer, peft_config = {}, tiny, None
+    if feature == "sampler_logps":
+        overrides = {"old_logps_source": "sampler", "sampler_mismatch_steps": 1}
+    elif feature == "beta_and_diagnostics":
+        overrides = {"beta": 0.1, "gspo_diagnostics": True}
+    elif feature == "peft":
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(r=4, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
+    else:
+        overrides, model_and_tokenizer = {"routing_replay": True, "gspo_diagnostics": True}, moe_model_and_tokenizer()
+    model, tokenizer = model_and_tokenizer
+    if feature == "beta_and_diagnostics":  # TRL loads the reference model by name: give it one on disk
+        model.save_pretrained(tmp_path / "model")
+        model = str(tmp_path / "model")
+    args = tiny_config(tmp_path, max_steps=4, dynamic_sampling=True, **{"gspo_diagnostics": False, **overrides})
+    trainer = GSPOTrainer(model=model, reward_funcs=[toy_accuracy], args=args, train_dataset=kinds_dataset(),
+                          processing_class=tokenizer, peft_config=peft_config)  # fmt: skip
+    seen, rows, compute_loss = [], [], trainer._compute_loss
+
+    def spy(model, inputs):
+        rows.append({k: v.size(0) for k, v in inputs.items() if isinstance(v, torch.Tensor) and v.dim()})
+        return compute_loss(model, inputs)
+
+    trainer._compute_loss = spy
+    seen = spy_loss(trainer)
+    trainer.train()
+    kinds = {f"q{i}:": KINDS[i % len(KINDS)] for i in range(48)}
+    assert seen and all(kinds[p] == "live" and adv != 0 for p, adv, has_tokens in seen if has_tokens)
+    assert all(set(r.values()) == {8} for r in rows)  # every per-row field, routes included, has the batch's rows
+    if feature == "moe_replay":
+        assert all("old_routes" in r for r in rows)
+    if feature == "beta_and_diagnostics":
+        from gspo_recipes.diagnostics_file import diagnostics_path, read_diagnostics
+
+        lines = read_diagnostics(diagnostics_path(args.output_dir))
+        sections = [line["groups"] for line in lines if "groups" in line]
+        assert len(sections) == 1 and sections[0]["groups"] == 8  # one generation batch of 32 rows, 4 per group
+        assert any("dynamic_sampling" in line for line in lines)
