@@ -277,3 +277,17 @@ def test_dynamic_sampling_with_the_other_features(tmp_path, tiny, feature):
         sections = [line["groups"] for line in lines if "groups" in line]
         assert len(sections) == 1 and sections[0]["groups"] == 8  # one generation batch of 32 rows, 4 per group
         assert any("dynamic_sampling" in line for line in lines)
+
+
+def test_resumed_run_draws_the_refills_an_uninterrupted_one_draws(tmp_path, tiny):
+    from gspo_recipes.tiny import build_tiny_model_and_tokenizer
+
+    whole = make_trainer(tmp_path / "whole", tiny, dynamic_sampling=True, max_steps=8)
+    whole.train()
+    first = make_trainer(tmp_path / "cut", build_tiny_model_and_tokenizer(), dynamic_sampling=True, max_steps=8,
+                         save_strategy="steps", save_steps=4)  # fmt: skip
+    first.train()
+    resumed = make_trainer(tmp_path / "cut", build_tiny_model_and_tokenizer(), dynamic_sampling=True, max_steps=8)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "cut" / "checkpoint-4"))
+    assert resumed.dynamic_sampler.last_fill["refill_indices"] == whole.dynamic_sampler.last_fill["refill_indices"]
+    assert resumed.dynamic_sampler.refill.position == whole.dynamic_sampler.refill.position
