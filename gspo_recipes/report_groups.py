@@ -6,7 +6,7 @@ sampling its "dynamic_sampling" sections. Pure functions over the parsed lines, 
 from __future__ import annotations
 
 from .report_figures import pyplot, save
-from .stats.groups import group_fractions
+from .stats.groups import LowSignalWarning, group_fractions
 
 GROUPS_FIGURE = "gspo_groups.png"
 SERIES = ("solve_all_frac", "solve_none_frac", "zero_std_frac", "effective_frac")
@@ -41,6 +41,11 @@ def groups_summary(lines: list[dict]) -> list[str]:
         f"effective {f['gspo/groups/effective_frac']:.1%} of responses, zero-std {f['gspo/groups/zero_std_frac']:.1%}"
         f", all solved {f['gspo/groups/solve_all_frac']:.1%}, none solved {f['gspo/groups/solve_none_frac']:.1%}"
     ]
+    replay = LowSignalWarning(window=3, dynamic_sampling=bool(sampled.get("batches")))
+    for line in lines:  # each logged line pools the generation batches since the previous one
+        if (line.get("groups") or {}).get("responses") and replay.update(line["groups"]):
+            message = replay.history[-1]["message"]
+            out.append(f"  warning at step {line['step']} (judged over 3 logged lines): {message}")
     if sampled.get("batches"):
         out.append(
             f"  dynamic sampling: {sampled['rounds'] / sampled['batches']:.2f} rounds per batch, "

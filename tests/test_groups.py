@@ -291,3 +291,28 @@ def test_resumed_run_draws_the_refills_an_uninterrupted_one_draws(tmp_path, tiny
     resumed.train(resume_from_checkpoint=str(tmp_path / "cut" / "checkpoint-4"))
     assert resumed.dynamic_sampler.last_fill["refill_indices"] == whole.dynamic_sampler.last_fill["refill_indices"]
     assert resumed.dynamic_sampler.refill.position == whole.dynamic_sampler.refill.position
+
+
+@pytest.mark.parametrize("kind", ["dead", "healthy"])
+def test_the_trainer_warns_on_a_run_of_dead_groups_and_not_on_a_healthy_one(tmp_path, tiny, kind):
+    def toy_accuracy(completions, **kwargs):  # noqa: F811
+        if kind == "dead":
+            return [0.0] * len(completions)
+        return [sum(ch.isdigit() for ch in c) / max(1, len(c)) for c in completions]  # varies within every group
+
+    trainer = make_trainer(tmp_path, tiny, rewards=(toy_accuracy,), max_steps=8, steps_per_generation=1)
+    trainer.group_health.warning = LowSignalWarning(window=4)
+    trainer.train()
+    fired = [w["kind"] for w in trainer.group_health.warning.history]
+    assert fired == (["low_signal"] if kind == "dead" else [])
+
+
+def test_report_replays_the_low_signal_warning_from_the_diagnostics_file():
+    from gspo_recipes.report_groups import groups_summary
+
+    def line(step, effective):
+        counts = {"batches": 1, "groups": 4, "responses": 16, "solve_all": 0, "solve_none": 0}
+        return {"step": step, "groups": {**counts, "zero_std": 4 - effective // 4, "effective": effective}}
+
+    assert any("warning at step 3" in text for text in groups_summary([line(s, 0) for s in range(1, 6)]))
+    assert not any("warning" in text for text in groups_summary([line(s, 12) for s in range(1, 6)]))
