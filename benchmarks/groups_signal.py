@@ -114,19 +114,20 @@ def mean(values):
 
 
 def table(results: list[dict], steps: int) -> str:
-    head = (f"{'arm':<18} {'rows':>5} {'effective':>9} {'zero-std':>8} {'reward first/last 10':>21} "
+    head = (f"{'arm':<18} {'rows':>5} {'effective':>9} {'zero-std':>8} {'reward 1st/last third':>22} "
             f"{'held-out':>8} {'gen s':>7} {'extra gen s':>11} {'wall s':>7}")  # fmt: skip
     lines = [f"{steps} optimizer steps per arm, embedded GSM8K default (cold-start model, G=8)", head]
     base = results[0]["generate_s"]
     for r in results:
         s = r["series"]
-        reward = [v for _, v in s["reward"]]
+        reward = [v for _, v in s["reward"]]  # one value per generation batch
+        third = max(1, len(reward) // 3)
         eff = mean([v for _, v in s["gspo/groups/effective_frac"]])
         zero = mean([v for _, v in s["gspo/groups/zero_std_frac"]])
         extra = r["generate_s"] - base + r.get("passrate_s", 0.0)
         lines.append(
             f"{r['name']:<18} {r['rows']:>5} {eff:>9.1%} {zero:>8.1%} "
-            f"{mean(reward[:10]):>10.3f}/{mean(reward[-10:]):<10.3f} {r['heldout']:>8.3f} "
+            f"{mean(reward[:third]):>11.3f}/{mean(reward[-third:]):<10.3f} {r['heldout']:>8.3f} "
             f"{r['generate_s']:>7.1f} {extra:>+11.1f} {r['wall_s'] + r.get('passrate_s', 0.0):>7.1f}"
         )
     lines.append("effective/zero-std: means over generation batches of the batch that trains; reward: TRL's batch "
