@@ -15,6 +15,11 @@ Which feature needs which private hook of `GRPOTrainer`:
   `_generate` (vLLM), and answers the old-policy call of `_get_per_token_logps_and_entropies`.
 - Sampler mismatch monitor: `_generate_and_score_completions`, `_generate_single_turn`, `_generate`.
 - vLLM geometric-mean importance-sampling weight: `_generate_and_score_completions`.
+- Group health (`gspo/groups/*`, always on): `_calculate_rewards` (override; its result is every process's rows
+  in process order, one column per reward function).
+- Dynamic sampling: `_generate_and_score_completions` (override; calls the hook once per round and merges the
+  rounds' rows, padded as TRL pads them: `ROW_LAYOUT`); assumes process p's rows are rows [p*L, (p+1)*L) of the
+  gathered rewards, as TRL's `process_slice` does.
 - MoE routing volatility and Routing Replay (`attach_routing`): that instance's `_generate_and_score_completions`,
   `_get_per_token_logps_and_entropies`, `_prepare_inputs`, `training_step`; adds the batch key `old_routes`.
 
@@ -83,9 +88,17 @@ PINNED_SIGNATURES = {
         "mask",
         "off_policy_threshold",
     ),
+    "_calculate_rewards": ("self", "inputs", "prompts", "completions", "completion_ids_list"),
 }
 # Private attributes read or written.
-PRIVATE_ATTRIBUTES = ("_step", "_metrics", "_entropy_bonus_enabled", "_last_world_entropy", "_entropy_window_stats")
+PRIVATE_ATTRIBUTES = (
+    "_step",
+    "_metrics",
+    "_entropy_bonus_enabled",
+    "_last_world_entropy",
+    "_entropy_window_stats",
+    "_tokenizer",
+)
 
 # TRL 1.16's loss types, and the clip each applies to the ratio (`_compute_loss`): the two-sided PPO clip
 # [1 - epsilon, 1 + epsilon_high] at the importance_sampling_level, or none (CISPO caps the ratio at epsilon_high and
@@ -389,3 +402,17 @@ def _wrap_for_routing(trainer, monitor) -> None:
     trainer._get_per_token_logps_and_entropies = get_logps_with_routes
     trainer._prepare_inputs = prepare_inputs_and_replay
     trainer.training_step = training_step_with_routes
+
+
+# ----------------------------------------------------------------------------- batch rows (dynamic sampling's merge)
+
+# How `_generate_and_score_completions` pads each per-row field: prompts on the left, completions on the right (the
+# default for any other 2-D field), the routes over prompt + completion positions. Fields of multimodal models are
+# not rows and cannot be merged.
+ROW_LAYOUT = {"prompt_ids": "prompt", "prompt_mask": "prompt", OLD_ROUTES_KEY: "sequence"}
+TOKEN_ID_KEYS = ("prompt_ids", "completion_ids")  # padded with the tokenizer's pad token
+ROW_PAD_VALUES = {"tool_mask": 1}  # TRL pads tool_mask with 1; every other field with 0
+
+
+def pad_token_id(trainer) -> int:
+    return trainer._tokenizer.pad_token_id

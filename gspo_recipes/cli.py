@@ -1,4 +1,4 @@
-"""`gspo`: the console script. Subcommands `report`, `calibrate` and `simulate`.
+"""`gspo`: the console script. Subcommands `report`, `calibrate`, `simulate` and `passrate`.
 
 Each subcommand lives in its own module, which exposes `register(subparsers)`: it adds its parser and sets
 `func`, the function that runs it with the parsed arguments and returns an exit code.
@@ -14,6 +14,7 @@ SUBCOMMANDS = {
     "report": "gspo_recipes.report",
     "calibrate": "gspo_recipes.calibrate",
     "simulate": "gspo_recipes.simulate",
+    "passrate": "gspo_recipes.commands.passrate",
 }
 
 
@@ -26,7 +27,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and not getattr(args, "takes_recipe_flags", False):  # passrate hands its flags to the recipes' parser
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.extra = extra
     return int(args.func(args) or 0)
 
 

@@ -36,6 +36,13 @@ Parameters that differ from `GRPOConfig`'s defaults:
     sampler_mismatch_steps (`int`, defaults to `25`): every this many steps, log the mismatch between the two sources.
     vllm_importance_sampling_sequence_ratio (`str`, defaults to `"geometric_mean"`): vLLM's sequence-level
         importance-sampling weight, length-normalised; `"product"` is TRL's.
+
+> Groups that carry signal (gspo_recipes/stats/groups.py, gspo_recipes/dynamic_sampling.py)
+
+    dynamic_sampling (`bool`, defaults to `False`): replace groups with zero std on the signal reward by fresh ones.
+    dynamic_sampling_max_rounds (`int`, defaults to `4`): generation rounds per generation batch, the first included.
+    dynamic_sampling_reward (`str`, defaults to `None`): the deciding reward; None is the first accuracy reward.
+    zero_std_epsilon (`float`, defaults to `1e-6`): the std at or below which a group carries no signal.
 """
 
 from __future__ import annotations
@@ -174,6 +181,38 @@ class GSPOConfig(GRPOConfig):
             "choices": ["geometric_mean", "product"],
         },
     )
+    # Groups that carry signal (gspo_recipes/stats/groups.py, gspo_recipes/dynamic_sampling.py).
+    dynamic_sampling: bool = field(
+        default=False,
+        metadata={
+            "help": "DAPO's dynamic sampling: groups whose signal reward (dynamic_sampling_reward) has zero std are "
+            "dropped and replaced by groups from fresh prompts until the generation batch is full or "
+            "dynamic_sampling_max_rounds is spent; a batch still short is filled with dropped groups masked out of "
+            "the loss. Needs per_device_train_batch_size * steps_per_generation to be a multiple of num_generations."
+        },
+    )
+    dynamic_sampling_max_rounds: int = field(
+        default=4,
+        metadata={
+            "help": "With dynamic_sampling: generation rounds per generation batch, the first included (1 only masks "
+            "the zero-std groups out of the loss, without generating more)."
+        },
+    )
+    dynamic_sampling_reward: str | None = field(
+        default=None,
+        metadata={
+            "help": "The reward (a reward function's name) whose std decides whether a group carries signal, for "
+            "dynamic sampling and the gspo/groups/* metrics. None: the first accuracy reward. A shaping term "
+            "(format, soft_overlong_punishment) is refused."
+        },
+    )
+    zero_std_epsilon: float = field(
+        default=1e-6,
+        metadata={
+            "help": "A group whose signal rewards have a std at most this has zero std (no signal). Raise it for "
+            "continuous rewards where tiny differences carry no information."
+        },
+    )
 
     def __post_init__(self):
         if self.num_minibatches < 1:
@@ -191,6 +230,7 @@ class GSPOConfig(GRPOConfig):
         self._check_loss_type()
         self._check_old_logps_source()
         self._check_routing_replay()
+        self._check_dynamic_sampling()
         self._warn_if_on_policy()
 
     def _warn(self, message: str, *args) -> None:
@@ -298,6 +338,33 @@ class GSPOConfig(GRPOConfig):
                 f"{self.num_iterations} divides gradient_accumulation_steps={self.gradient_accumulation_steps}), so "
                 "the policy that trains is the one that sampled and its routes are already the old ones. Set "
                 "num_minibatches > 1 (or steps_per_generation), or routing_replay=False."
+            )
+
+    def _check_dynamic_sampling(self) -> None:
+        from .stats.groups import SHAPING_REWARDS
+
+        if self.zero_std_epsilon < 0:
+            raise ValueError(f"zero_std_epsilon={self.zero_std_epsilon} is negative; use 0 or a small positive std.")
+        if self.dynamic_sampling_reward in SHAPING_REWARDS:
+            raise ValueError(
+                f"dynamic_sampling_reward='{self.dynamic_sampling_reward}' is a shaping term: it pays for form, not "
+                "success, so filtering on it keeps groups that teach nothing about the task. Name the accuracy "
+                "reward (for example gsm8k_accuracy), or leave it None for the first accuracy reward."
+            )
+        if not self.dynamic_sampling:
+            return
+        if self.dynamic_sampling_max_rounds < 1:
+            raise ValueError(
+                f"dynamic_sampling_max_rounds={self.dynamic_sampling_max_rounds}: at least 1 round (the first "
+                "generation) is needed; 4 lets three rounds of fresh prompts replace the zero-std groups."
+            )
+        local_rows = self.per_device_train_batch_size * self.steps_per_generation
+        if local_rows % self.num_generations:
+            raise ValueError(
+                f"dynamic_sampling=True needs every process to hold whole groups: per_device_train_batch_size "
+                f"({self.per_device_train_batch_size}) x steps_per_generation ({self.steps_per_generation}) = "
+                f"{local_rows} rows is not a multiple of num_generations ({self.num_generations}). Change "
+                "per_device_train_batch_size or num_generations, or set dynamic_sampling=False."
             )
 
     def _warn_if_on_policy(self) -> None:

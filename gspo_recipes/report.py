@@ -3,8 +3,9 @@
 Writes next to the diagnostics file: the clip fraction per length bucket over steps (one panel per side), a heat map
 of log s_i over steps, the spread of log s_i against response length (log-log, with a c/sqrt(L) line fitted through
 the points), reward over steps, for MoE runs the routing change per minibatch and per layer
-(gspo_recipes/report_routing.py), and `gspo_report.txt`, the summary printed to the console, with the health warnings
-recomputed from the recorded off-policy responses.
+(gspo_recipes/report_routing.py), the groups that carry signal (gspo_recipes/report_groups.py), and
+`gspo_report.txt`, the summary printed to the console, with the health warnings recomputed from the recorded
+off-policy responses.
 
 The helpers below are pure functions over the parsed JSON lines, so that tests and notebooks can call them.
 """
@@ -25,6 +26,7 @@ import numpy as np
 
 from .diagnostics_file import DIAGNOSTICS_FILE, read_diagnostics
 from .report_figures import plot_clip_fractions, plot_heatmap, plot_reward, plot_spread
+from .report_groups import GROUPS_FIGURE, groups_summary, plot_groups
 from .report_routing import ROUTING_FIGURE, plot_routing, routing_summary
 
 STATE_FILE = "trainer_state.json"
@@ -316,13 +318,16 @@ def report(run_dir: str, bins: int = 60, quiet_steps: int = 20) -> int:
             notes.append(f"reward figure skipped: no 'reward' entries in the log_history of {state}")
         if plot_routing(lines, os.path.join(run_dir, ROUTING_FIGURE)):  # MoE runs only
             figures.append(os.path.join(run_dir, ROUTING_FIGURE))
+        if plot_groups(lines, os.path.join(run_dir, GROUPS_FIGURE)):  # gspo/groups/* (GSPOTrainer runs)
+            figures.append(os.path.join(run_dir, GROUPS_FIGURE))
     if not state:
         notes.append(
             f"reward figure skipped: no {STATE_FILE} in {run_dir} or its checkpoint-* folders (the "
             "Trainer writes it with each checkpoint, or call trainer.save_state()); the health warnings "
             "show the learning rate as unknown"
         )
-    summary = summarize(run_dir, lines, warnings, spread, figures, routing_summary(lines) + notes)
+    notes = routing_summary(lines) + groups_summary(lines) + notes
+    summary = summarize(run_dir, lines, warnings, spread, figures, notes)
     summary_path = os.path.join(run_dir, SUMMARY_FILE)
     with open(summary_path, "w") as f:
         f.write(summary + "\n")

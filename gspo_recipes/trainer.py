@@ -25,6 +25,7 @@ from trl import GRPOConfig, GRPOTrainer
 from . import _trl
 from .calibration import EpsilonCalibration
 from .config import GSPOConfig
+from .group_health import GroupHealth
 from .grpo_conversion import from_grpo_config
 from .loss import (
     MAX_LOG_RATIO,
@@ -96,6 +97,13 @@ class GSPOTrainer(GRPOTrainer):
         self.response_stats = None
         steps = args.epsilon_calibration_steps
         self.calibration = EpsilonCalibration(steps, args.epsilon_target_clip) if steps else None
+        # Groups that carry signal: gspo/groups/* always, dynamic sampling when asked (gspo_recipes/dynamic_sampling.py)
+        self.group_health = GroupHealth(self)
+        self.dynamic_sampler = None
+        if getattr(args, "dynamic_sampling", False):
+            from .dynamic_sampling import DynamicSampler
+
+            self.dynamic_sampler = DynamicSampler(self)
         if getattr(args, "routing_replay", False):  # refuses dense models and routers it cannot replay exactly
             _trl.attach_routing(self, replay=True)
         if args.gspo_diagnostics:
@@ -131,7 +139,17 @@ class GSPOTrainer(GRPOTrainer):
 
     # Generation side, only for the sampler features (gspo_recipes/sampler/; hooks listed in gspo_recipes/_trl.py).
     def _generate_and_score_completions(self, inputs):
-        return self.sampler_logprobs.generate_and_score(super()._generate_and_score_completions, inputs)
+        sampler = self.dynamic_sampler
+        if sampler is not None and sampler.should_fill():  # its rounds call this hook again, each a plain round
+            return sampler.fill(inputs)
+        output = self.sampler_logprobs.generate_and_score(super()._generate_and_score_completions, inputs)
+        self.group_health.after_round(filling=sampler is not None and sampler.filling)
+        return output
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        self.group_health.capture(rewards)  # every process's rows: the signal reward of each group
+        return rewards
 
     def _generate(self, prompts):
         return self.sampler_logprobs.generate(super()._generate, prompts)
@@ -168,9 +186,16 @@ class GSPOTrainer(GRPOTrainer):
                 self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
             )
             self.calibration.save(folder, self.accelerator, write=self.args.should_save)
+        if self.dynamic_sampler is not None and self.args.should_save:
+            folder = os.path.join(
+                self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+            )
+            self.dynamic_sampler.save(folder)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
+        if self.dynamic_sampler is not None and checkpoint is not None:
+            self.dynamic_sampler.load(checkpoint)
         if self.calibration is None or checkpoint is None:
             return
         if self.calibration.load(checkpoint, is_main_process=self.accelerator.is_main_process):

@@ -189,3 +189,19 @@ def test_trainer_state_from_run_dir_else_newest_checkpoint(tmp_path):
     assert rep.find_trainer_state(str(tmp_path)) == str(tmp_path / "checkpoint-10" / rep.STATE_FILE)
     (tmp_path / rep.STATE_FILE).write_text("{}")
     assert rep.find_trainer_state(str(tmp_path)) == str(tmp_path / rep.STATE_FILE)
+
+
+def test_groups_figure_and_summary_match_the_logged_metrics(tiny_run):
+    pytest.importorskip("matplotlib")
+    from gspo_recipes.report_groups import GROUPS_FIGURE, groups_series
+
+    assert rep.report(str(tiny_run)) == 0
+    width, _ = png_size(tiny_run / GROUPS_FIGURE)
+    assert width >= 500
+    lines = rep.read_diagnostics(str(tiny_run / rep.DIAGNOSTICS_FILE))
+    series = groups_series(lines)
+    history = rep.read_log_history(str(tiny_run / rep.STATE_FILE))
+    logged = {e["step"]: e["gspo/groups/effective_frac"] for e in history if "gspo/groups/effective_frac" in e}
+    assert series["step"] == sorted(logged) == [1, 5]  # one generation batch every four steps
+    assert series["effective_frac"] == pytest.approx([logged[s] for s in series["step"]])
+    assert "groups (signal reward, 16 groups in 2 generation batches)" in (tiny_run / rep.SUMMARY_FILE).read_text()

@@ -1,0 +1,286 @@
+"""`gspo passrate`: the starting policy's pass rate on every prompt, to keep the prompts that can teach.
+
+    gspo passrate                                                    # offline: the cold-start model, generated GSM8K
+    gspo passrate --model_name_or_path Qwen/Qwen2.5-0.5B-Instruct --dataset_name openai/gsm8k --dataset_config main \
+        --reward_funcs gsm8k_accuracy --num_generations 16 --keep 0.1:0.9 --output_dir passrate_gsm8k
+    accelerate launch -m gspo_recipes.cli passrate ...               # one shard of the prompts per process
+
+Takes the recipes' arguments (`--config YAML`, `--model_name_or_path`, `--dataset_name`, `--max_train_samples`,
+`--column_map`, `--reward_funcs`, `--system_prompt`, and GSPOConfig's sampling fields `--num_generations`,
+`--max_completion_length`, `--temperature`, `--top_p`, `--seed`), samples `num_generations` responses per prompt
+with transformers generation, scores them with the package's rewards, and writes `<output_dir>/passrate.jsonl`
+(or a `save_to_disk` folder with `--save_format disk`): every row with `pass_rate`, `signal_reward`,
+`sample_rewards` (each reward's value per sample) and `samples` (the completions). `--keep LO:HI` also writes
+`passrate_kept.jsonl`, the original rows with LO <= pass_rate <= HI, ready for `--dataset_name`.
+
+pass_rate is the share of samples that the signal reward counts as solved (>= 1), the accuracy reward chosen as for
+dynamic sampling (gspo_recipes/stats/groups.py), never a shaping term: `format` or `soft_overlong_punishment` never
+enter it. A sample its reward cannot judge (None) counts as not solved, and the run says how many there were.
+
+Resumable: every batch of prompts is appended to `<output_dir>/shards/` in one write once scored; a rerun with the
+same arguments skips the finished batches and redoes a batch cut short. Each batch is sampled from its own seed
+(seed, shard, batch), so a resumed run writes exactly what an uninterrupted one does. Nothing is pushed anywhere.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+
+logger = logging.getLogger(__name__)
+
+RESULT_FILE, KEPT_FILE, RUN_FILE, SHARDS = "passrate.jsonl", "passrate_kept.jsonl", "passrate_run.json", "shards"
+# Without --config or --model_name_or_path: the offline default of recipes/gsm8k_gspo.py; flags override these.
+OFFLINE_FLAGS = [
+    "--model_name_or_path", "builtin:coldstart-gsm8k", "--dataset_name", "builtin:gsm8k-generated",
+    "--reward_funcs", "gsm8k_accuracy", "--num_generations", "8", "--max_completion_length", "32",
+    "--max_train_samples", "256", "--output_dir", "passrate_gsm8k",
+]  # fmt: skip
+PROMPT_COLUMNS = ("prompt", "question", "problem")
+# Columns of this command's output, dropped from the kept rows: TRL would hand them to the rewards as keywords.
+OUTPUT_COLUMNS = ("pass_rate", "signal_reward", "sample_rewards", "samples")
+
+
+def _recipe_arguments():
+    from ..recipe import RecipeArguments
+
+    @dataclass
+    class PassrateArguments(RecipeArguments):
+        keep: str | None = field(
+            default=None, metadata={"help": "LO:HI: also write the rows with LO <= pass_rate <= HI (passrate_kept)."}
+        )
+        prompt_column: str | None = field(
+            default=None, metadata={"help": f"The prompt column; None: the first of {', '.join(PROMPT_COLUMNS)}."}
+        )
+        save_format: str = field(default="jsonl", metadata={"help": "jsonl, or disk (datasets' save_to_disk folders)."})
+        passrate_batch_size: int = field(default=8, metadata={"help": "Prompts per generate call."})
+
+    return PassrateArguments
+
+
+def parse(argv: list[str]):
+    from trl import ModelConfig, TrlParser
+
+    from ..config import GSPOConfig
+    from ..recipe import _has_flag
+
+    if not _has_flag(argv, "--config") and not _has_flag(argv, "--model_name_or_path"):
+        argv = [*OFFLINE_FLAGS, *argv]
+    parser = TrlParser((_recipe_arguments(), GSPOConfig, ModelConfig), prog="gspo passrate")
+    try:
+        script_args, training_args, model_args = parser.parse_args_and_config(argv)
+    except (ValueError, TypeError) as error:
+        raise SystemExit(f"error: {error}") from error
+    return script_args, training_args, model_args
+
+
+def keep_range(text: str | None) -> tuple[float, float] | None:
+    if text is None:
+        return None
+    lo, sep, hi = text.partition(":")
+    try:
+        bounds = (float(lo), float(hi))
+    except ValueError:
+        bounds = None
+    if not sep or bounds is None or not 0 <= bounds[0] <= bounds[1] <= 1:
+        raise SystemExit(f"error: --keep takes LO:HI with 0 <= LO <= HI <= 1 (for example 0.1:0.9), got '{text}'")
+    return bounds
+
+
+def pass_rate(signal: list[float | None]) -> float:
+    """Share of samples solved by the signal reward; unjudged (None) samples count as not solved."""
+    return sum(1 for r in signal if r is not None and r >= 1.0) / len(signal)
+
+
+def run(args: argparse.Namespace) -> int:
+    return main(list(getattr(args, "extra", [])))
+
+
+def main(argv: list[str]) -> int:
+    from accelerate import PartialState
+
+    from ..recipe import load_train_dataset, map_columns, model_and_tokenizer
+    from ..rewards import get_rewards
+    from ..stats.groups import signal_reward_index
+    from .passrate_sampling import Sampler, reward_names
+
+    script_args, training_args, model_args = parse(argv)
+    bounds = keep_range(script_args.keep)
+    if script_args.save_format not in ("jsonl", "disk"):
+        raise SystemExit(f"error: --save_format is jsonl or disk, got '{script_args.save_format}'")
+    if training_args.use_vllm:
+        raise SystemExit("error: gspo passrate samples with transformers generation here; drop --use_vllm.")
+    dataset = map_columns(load_train_dataset(script_args, seed=training_args.seed), script_args.column_map)
+    column = script_args.prompt_column or next((c for c in PROMPT_COLUMNS if c in dataset.column_names), None)
+    if column not in dataset.column_names:
+        raise SystemExit(
+            f"error: no prompt column (looked for {script_args.prompt_column or ', '.join(PROMPT_COLUMNS)}); columns "
+            f"present: {list(dataset.column_names)}. Name one with --prompt_column."
+        )
+    rewards = get_rewards(script_args.reward_funcs or ["gsm8k_accuracy"])
+    names = reward_names(rewards)
+    signal = signal_reward_index(names, training_args.dynamic_sampling_reward)
+    if signal is None:
+        raise SystemExit(f"error: every reward ({', '.join(names)}) is a shaping term; add an accuracy reward.")
+
+    state = PartialState()
+    out = training_args.output_dir
+    work = Work(out, state.process_index, state.num_processes, fingerprint(script_args, training_args, model_args))
+    model, tokenizer = model_and_tokenizer(model_args, training_args)
+    sampler = Sampler(model, tokenizer, training_args, script_args, column, state.device)
+    indices = list(range(state.process_index, len(dataset), state.num_processes))  # this process's shard
+    size = script_args.passrate_batch_size
+    batches = [indices[i : i + size] for i in range(0, len(indices), size)]
+    done = work.finished_batches()
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=len(batches), initial=len(done), desc="gspo passrate", disable=not state.is_main_process)
+    for number, rows in enumerate(batches):
+        if number in done:
+            continue
+        examples = [dataset[i] for i in rows]
+        seed = (training_args.seed, state.process_index, number)
+        completions, scores = sampler.sample_and_score(examples, rewards, names, seed)
+        lines = []
+        for i, example, samples, per_reward in zip(rows, examples, completions, scores):
+            line = {"index": i, "batch": number, **example, "pass_rate": pass_rate(per_reward[names[signal]])}
+            line.update(signal_reward=names[signal], sample_rewards=per_reward, samples=samples)
+            lines.append(line)
+        work.append(lines)
+        bar.update(1)
+    bar.close()
+    state.wait_for_everyone()
+    if state.is_main_process:
+        write_results(work.all_lines(), out, bounds, script_args.save_format, names[signal])
+    return 0
+
+
+def fingerprint(script_args, training_args, model_args) -> dict:
+    """What decides the samples: a resumed run must match it."""
+    return {
+        "model": model_args.model_name_or_path,
+        "dataset": script_args.dataset_name,
+        "dataset_config": script_args.dataset_config,
+        "max_train_samples": script_args.max_train_samples,
+        "column_map": list(script_args.column_map),
+        "reward_funcs": [str(r) for r in script_args.reward_funcs],
+        "num_generations": training_args.num_generations,
+        "max_completion_length": training_args.max_completion_length,
+        "temperature": training_args.temperature,
+        "top_p": training_args.top_p,
+        "top_k": training_args.top_k,
+        "seed": training_args.seed,
+        "batch_size": script_args.passrate_batch_size,
+    }
+
+
+class Work:
+    """The shard files of a run: one per process, a batch's lines appended in one write once it is scored."""
+
+    def __init__(self, output_dir: str, rank: int, world: int, run: dict):
+        self.folder = os.path.join(output_dir, SHARDS)
+        self.world = world
+        self.path = os.path.join(self.folder, f"shard{rank}of{world}.jsonl")
+        os.makedirs(self.folder, exist_ok=True)
+        run_path = os.path.join(output_dir, RUN_FILE)
+        run = {**run, "processes": world}
+        if os.path.exists(run_path):
+            with open(run_path) as f:
+                before = json.load(f)
+            if before != run:
+                changed = sorted(k for k in run if before.get(k) != run[k])
+                raise SystemExit(
+                    f"error: {output_dir} holds a passrate run with other settings ({', '.join(changed)}); resume with "
+                    "the same arguments and number of processes, or use another --output_dir."
+                )
+        elif rank == 0:
+            with open(run_path, "w") as f:
+                json.dump(run, f, indent=1)
+
+    def _read(self, path: str) -> list[dict]:
+        if not os.path.exists(path):
+            return []
+        lines = []
+        with open(path) as f:
+            for text in f:
+                try:
+                    lines.append(json.loads(text))
+                except json.JSONDecodeError:  # cut short by a kill: that batch is redone
+                    continue
+        return lines
+
+    def finished_batches(self) -> set[int]:
+        """Batches whose every line was written (a batch's last line carries `batch_size`)."""
+        lines = self._read(self.path)
+        counts: dict[int, int] = {}
+        sizes: dict[int, int] = {}
+        for line in lines:
+            counts[line["batch"]] = counts.get(line["batch"], 0) + 1
+            if "batch_size" in line:
+                sizes[line["batch"]] = line["batch_size"]
+        finished = {b for b, n in counts.items() if sizes.get(b) == n}
+        kept = [line for line in lines if line["batch"] in finished]
+        if len(kept) != len(lines):  # drop a batch cut short, so that its redo is the only copy
+            tmp = self.path + ".tmp"
+            with open(tmp, "w") as f:
+                f.writelines(json.dumps(line) + "\n" for line in kept)
+            os.replace(tmp, self.path)
+        return finished
+
+    def append(self, lines: list[dict]) -> None:
+        lines[-1]["batch_size"] = len(lines)
+        with open(self.path, "a") as f:
+            f.write("".join(json.dumps(line) + "\n" for line in lines))
+            f.flush()
+            os.fsync(f.fileno())
+
+    def all_lines(self) -> list[dict]:
+        lines = []
+        for rank in range(self.world):
+            lines += self._read(os.path.join(self.folder, f"shard{rank}of{self.world}.jsonl"))
+        for line in lines:
+            line.pop("batch", None)
+            line.pop("batch_size", None)
+        return sorted(lines, key=lambda line: line["index"])
+
+
+def write_results(lines: list[dict], output_dir: str, bounds, save_format: str, signal: str) -> None:
+    rows = [{k: v for k, v in line.items() if k != "index"} for line in sorted(lines, key=lambda x: x["index"])]
+    outputs = [(RESULT_FILE, rows)]
+    if bounds is not None:
+        kept = [{k: v for k, v in row.items() if k not in OUTPUT_COLUMNS[1:]} for row in rows
+                if bounds[0] <= row["pass_rate"] <= bounds[1]]  # fmt: skip
+        outputs.append((KEPT_FILE, kept))
+    for name, data in outputs:
+        path = os.path.join(output_dir, name)
+        if save_format == "disk":
+            from datasets import Dataset
+
+            path = path.removesuffix(".jsonl")
+            Dataset.from_list(data).save_to_disk(path)
+        else:
+            with open(path, "w") as f:
+                f.writelines(json.dumps(row) + "\n" for row in data)
+        print(f"gspo passrate: {len(data)} rows -> {path}")
+    rates = [row["pass_rate"] for row in rows]
+    if rates:
+        solved = sum(r == 1.0 for r in rates) / len(rates)
+        failed = sum(r == 0.0 for r in rates) / len(rates)
+        print(
+            f"gspo passrate: pass rate on {signal}: mean {sum(rates) / len(rates):.3f}; {solved:.0%} of prompts always "
+            f"solved, {failed:.0%} never (their groups would carry no signal)"
+        )
+
+
+def register(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "passrate",
+        add_help=False,  # --help goes to the recipes' parser, with every argument
+        help="Sample the starting policy on every prompt and write its pass rate (--keep LO:HI filters).",
+        description=__doc__,
+    )
+    parser.set_defaults(func=run, takes_recipe_flags=True)
+    return parser

@@ -1,0 +1,318 @@
+"""Groups that carry signal: gspo/groups/* metrics, the low-signal warning, and dynamic sampling in GSPOTrainer."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import launch_two_cpu_processes, tiny_config
+
+from gspo_recipes import GSPOConfig, GSPOTrainer
+from gspo_recipes.dynamic_sampling import RefillStream, merge_rows
+from gspo_recipes.stats.groups import LowSignalWarning, group_counts, group_fractions, signal_reward_index
+
+KINDS = ("dead", "solved", "live", "live")
+
+
+def toy_accuracy(completions, kind, **kwargs):
+    """'dead' prompts are never solved, 'solved' always, 'live' when the completion has a digit (varies)."""
+    return [0.0 if k == "dead" else 1.0 if k == "solved" else float(any(ch.isdigit() for ch in c))
+            for c, k in zip(completions, kind)]  # fmt: skip
+
+
+def soft_overlong_punishment(completions, **kwargs):
+    """A stand-in named like the package's shaping reward, varying within every group."""
+    return [len(c) / 8.0 for c in completions]
+
+
+def kinds_dataset(n=48):
+    from datasets import Dataset
+
+    # Prompt lengths differ ("q7:" and "q12:"), so merged rounds need padding.
+    return Dataset.from_list([{"prompt": f"q{i}:", "kind": KINDS[i % len(KINDS)]} for i in range(n)])
+
+
+def direct_counts(rewards: list[float], G: int) -> dict:
+    """The group statistics written out by hand, per group of G consecutive rewards."""
+    groups = [rewards[i : i + G] for i in range(0, len(rewards), G)]
+    out = dict(groups=len(groups), responses=len(rewards), solve_all=0, solve_none=0, zero_std=0, effective=0)
+    for group in groups:
+        mean = sum(group) / G
+        out["solve_all"] += all(r == 1.0 for r in group)
+        out["solve_none"] += all(r == 0.0 for r in group)
+        out["zero_std"] += len(set(group)) == 1
+        out["effective"] += sum(abs(r - mean) > 1e-6 for r in group) if len(set(group)) > 1 else 0
+    return out
+
+
+def test_group_counts_equal_a_direct_computation():
+    torch.manual_seed(0)
+    signal = (torch.rand(50, 4) < torch.rand(50, 1)).float()
+    signal[:5] = 1.0
+    signal[5:10] = 0.0
+    signal[10, 1] = 0.5  # a continuous reward in one group
+    assert group_counts(signal, 1e-6) == direct_counts(signal.flatten().tolist(), 4)
+
+
+def test_unscorable_responses_carry_no_signal():
+    signal = torch.tensor([[1.0, float("nan"), float("nan"), float("nan")], [1.0, 0.0, float("nan"), 1.0]])
+    counts = group_counts(signal, 1e-6)
+    assert counts["zero_std"] == 1 and counts["effective"] == 3  # one scorable response is no signal; NaN never counts
+
+
+def test_a_shaping_reward_never_decides():
+    names = ["format_reward", "soft_overlong_punishment", "gsm8k_accuracy"]
+    assert signal_reward_index(names) == 2  # the accuracy reward, though listed last
+    assert signal_reward_index(["format_reward", "my_score"]) == 1
+    assert signal_reward_index(["format_reward", "soft_overlong_punishment"]) is None
+    with pytest.raises(ValueError, match="shaping term"):
+        signal_reward_index(names, "format_reward")
+    with pytest.raises(ValueError, match="dynamic_sampling_reward='format'"):
+        GSPOConfig("out", dynamic_sampling=True, dynamic_sampling_reward="format", use_cpu=True)
+
+
+def test_config_names_the_field_and_the_fix():
+    with pytest.raises(ValueError, match="dynamic_sampling_max_rounds=0"):
+        GSPOConfig("out", dynamic_sampling=True, dynamic_sampling_max_rounds=0, use_cpu=True)
+
+
+def test_low_signal_warning_fires_on_dead_groups_and_stays_silent_on_healthy_ones(caplog):
+    dead = group_counts(torch.zeros(8, 4), 1e-6)
+    healthy = group_counts(torch.tensor([[1.0, 0.0, 1.0, 0.0]] * 8), 1e-6)
+    quiet = LowSignalWarning(window=3)
+    assert [quiet.update(healthy) for _ in range(6)] == [None] * 6
+    loud = LowSignalWarning(window=3)
+    fired = [loud.update(dead) for _ in range(6)]
+    assert fired[:2] == [None, None] and fired[2] is not None and fired[3:] == [None] * 3  # once per occurrence
+    assert "dynamic_sampling=True" in fired[2] and "gspo passrate" in fired[2] and "harder" in fired[2]
+
+
+def make_trainer(tmp_path, tiny, rewards=(toy_accuracy,), **overrides):
+    model, tokenizer = tiny
+    settings = dict(gspo_diagnostics=False, max_steps=4, sampler_mismatch_steps=0)
+    settings.update(overrides)
+    return GSPOTrainer(
+        model=model,
+        reward_funcs=list(rewards),
+        args=tiny_config(tmp_path, **settings),
+        train_dataset=kinds_dataset(),
+        processing_class=tokenizer,
+    )
+
+
+def spy_loss(trainer):
+    """Every loss call's (prompt text, advantage, has tokens) per row."""
+    seen, compute_loss, tok = [], trainer._compute_loss, trainer.processing_class
+
+    def spy(model, inputs):
+        for ids, pmask, adv, cmask in zip(
+            inputs["prompt_ids"], inputs["prompt_mask"], inputs["advantages"], inputs["completion_mask"]
+        ):
+            seen.append((tok.decode(ids[pmask.bool()]), float(adv), bool(cmask.any())))
+        return compute_loss(model, inputs)
+
+    trainer._compute_loss = spy
+    return seen
+
+
+def test_group_metrics_equal_a_direct_computation_from_the_completions(tmp_path, tiny):
+    scored = []
+
+    def toy_accuracy(completions, kind, **kwargs):  # noqa: F811 - the same reward, recording what it scored
+        scored.append((list(completions), list(kind)))
+        return globals()["toy_accuracy"](completions, kind)
+
+    trainer = make_trainer(tmp_path, tiny, rewards=(toy_accuracy,), max_steps=8)
+    trainer.train()
+    logged = [e for e in trainer.state.log_history if "gspo/groups/effective_frac" in e]
+    assert len(logged) == len(scored) == 2  # one generation batch every 4 steps
+    for entry, (texts, kinds) in zip(logged, scored):
+        by_hand = [0.0 if k == "dead" else 1.0 if k == "solved" else float(any(c.isdigit() for c in t))
+                   for t, k in zip(texts, kinds)]  # fmt: skip
+        expected = group_fractions(direct_counts(by_hand, 4))
+        assert {name: entry[name] for name in expected} == pytest.approx(expected)
+    assert logged[0]["gspo/groups/solve_none_frac"] >= 0.25  # the dead prompts are a quarter of the data
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},  # 4 minibatches per generation batch
+        {"gradient_accumulation_steps": 2, "steps_per_generation": 3},  # accumulation not lined up
+        {"num_iterations": 2, "steps_per_generation": 2},
+    ],
+    ids=["default", "gas2-spg3", "iterations2"],
+)
+def test_zero_std_groups_never_reach_the_loss_with_dynamic_sampling(tmp_path, tiny, overrides):
+    trainer = make_trainer(tmp_path, tiny, dynamic_sampling=True, **overrides)
+    seen = spy_loss(trainer)
+    trainer.train()
+    trained = [(prompt, adv) for prompt, adv, has_tokens in seen if has_tokens]
+    assert trained, "nothing reached the loss"
+    kinds = {f"q{i}:": KINDS[i % len(KINDS)] for i in range(48)}
+    assert all(kinds[prompt] == "live" for prompt, _ in trained)
+    assert all(abs(adv) > 0 for _, adv in trained)
+    per_micro_step = trainer.args.per_device_train_batch_size
+    assert len(seen) == per_micro_step * trainer._step  # the batch keeps its size on every micro-step
+    assert trainer.dynamic_sampler.last_fill["rounds"] >= 2  # half the groups are dead or solved: refills ran
+
+
+def test_without_dynamic_sampling_zero_std_groups_do_reach_the_loss(tmp_path, tiny):
+    trainer = make_trainer(tmp_path, tiny)
+    seen = spy_loss(trainer)
+    trainer.train()
+    assert any(prompt in {"q0:", "q1:"} or adv == 0 for prompt, adv, has_tokens in seen if has_tokens)
+
+
+def test_a_shaping_reward_with_variance_does_not_keep_a_group(tmp_path, tiny):
+    def toy_accuracy(completions, **kwargs):  # noqa: F811 - never solved: no group carries signal
+        return [0.0] * len(completions)
+
+    trainer = make_trainer(tmp_path, tiny, rewards=(soft_overlong_punishment, toy_accuracy), dynamic_sampling=True,
+                           dynamic_sampling_max_rounds=2)  # fmt: skip
+    assert trainer.group_health.signal_name == "toy_accuracy"
+    seen = spy_loss(trainer)
+    trainer.train()
+    assert seen and not any(has_tokens for _, _, has_tokens in seen)  # all masked: the budget ran out
+    name = "gspo/dynamic_sampling/kept_groups"
+    assert [e[name] for e in trainer.state.log_history if name in e] == [0.0]
+
+
+def test_dynamic_sampling_refuses_when_only_shaping_rewards(tmp_path, tiny):
+    with pytest.raises(ValueError, match="shaping term"):
+        make_trainer(tmp_path, tiny, rewards=(soft_overlong_punishment,), dynamic_sampling=True)
+
+
+def test_merge_keeps_each_rows_prompt_and_completion():
+    a = {"prompt_ids": torch.tensor([[0, 5], [6, 7]]), "prompt_mask": torch.tensor([[0, 1], [1, 1]]),
+         "completion_ids": torch.tensor([[8], [9]]), "completion_mask": torch.tensor([[1], [1]]),
+         "advantages": torch.tensor([1.0, -1.0])}  # fmt: skip
+    b = {"prompt_ids": torch.tensor([[4, 4, 4]]), "prompt_mask": torch.tensor([[1, 1, 1]]),
+         "completion_ids": torch.tensor([[3, 3, 3]]), "completion_mask": torch.tensor([[1, 1, 0]]),
+         "advantages": torch.tensor([0.5])}  # fmt: skip
+    merged = merge_rows([a, b], [(1, 0), (0, 1)], 1, pad_token_id=0)
+    assert merged["prompt_ids"].tolist() == [[4, 4, 4], [0, 6, 7]]
+    assert merged["prompt_mask"].tolist() == [[1, 1, 1], [0, 1, 1]]
+    assert merged["completion_ids"].tolist() == [[3, 3, 3], [9, 0, 0]]
+    assert merged["completion_mask"].tolist() == [[1, 1, 0], [1, 0, 0]]
+    assert merged["advantages"].tolist() == [0.5, -1.0]
+
+
+def test_refill_stream_resumed_equals_uninterrupted(tmp_path, tiny):
+    whole = RefillStream(10, seed=3)
+    first = whole.take(7) + whole.take(9)
+    part = RefillStream(10, seed=3)
+    part.take(7)
+    resumed = RefillStream(10, seed=3)
+    resumed.position = part.position
+    assert part.take(9) == resumed.take(9) == first[7:]
+    assert sorted(first[:10]) == list(range(10))  # a pass is a permutation
+
+    trainer = make_trainer(tmp_path, tiny, dynamic_sampling=True, save_strategy="steps", save_steps=4)
+    trainer.train()
+    restored = make_trainer(tmp_path / "b", tiny, dynamic_sampling=True)
+    restored.dynamic_sampler.load(str(tmp_path / "checkpoint-4"))
+    assert restored.dynamic_sampler.refill.position == trainer.dynamic_sampler.refill.position > 0
+
+
+def test_two_processes_keep_equal_group_counts_and_finish(tmp_path):
+    import json
+
+    launch_two_cpu_processes("two_process_dynamic_sampling.py", str(tmp_path), cwd=tmp_path)
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert ranks[0]["loss_rows"] == ranks[1]["loss_rows"] and ranks[0]["loss_rows"]
+    assert ranks[0]["kept_per_process"] == ranks[1]["kept_per_process"]  # both ranks decided the same picks
+    assert ranks[0]["rounds"] == ranks[1]["rounds"] and max(ranks[0]["rounds"]) >= 2
+    assert all(ranks[r]["trained_kinds"] == ["live"] for r in (0, 1))
+
+
+def moe_model_and_tokenizer():
+    from gspo_recipes.moe import build_tiny_moe
+    from gspo_recipes.tiny import build_tokenizer
+
+    tokenizer = build_tokenizer()
+    model = build_tiny_moe("qwen3_moe", vocab_size=len(tokenizer))
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    return model, tokenizer
+
+
+@pytest.mark.parametrize("feature", ["sampler_logps", "beta_and_diagnostics", "peft", "moe_replay"])
+def test_dynamic_sampling_with_the_other_features(tmp_path, tiny, feature):
+    overrides, model_and_tokenizer, peft_config = {}, tiny, None
+    if feature == "sampler_logps":
+        overrides = {"old_logps_source": "sampler", "sampler_mismatch_steps": 1}
+    elif feature == "beta_and_diagnostics":
+        overrides = {"beta": 0.1, "gspo_diagnostics": True}
+    elif feature == "peft":
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(r=4, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
+    else:
+        overrides, model_and_tokenizer = {"routing_replay": True, "gspo_diagnostics": True}, moe_model_and_tokenizer()
+    model, tokenizer = model_and_tokenizer
+    if feature == "beta_and_diagnostics":  # TRL loads the reference model by name: give it one on disk
+        model.save_pretrained(tmp_path / "model")
+        model = str(tmp_path / "model")
+    args = tiny_config(tmp_path, max_steps=4, dynamic_sampling=True, **{"gspo_diagnostics": False, **overrides})
+    trainer = GSPOTrainer(model=model, reward_funcs=[toy_accuracy], args=args, train_dataset=kinds_dataset(),
+                          processing_class=tokenizer, peft_config=peft_config)  # fmt: skip
+    seen, rows, compute_loss = [], [], trainer._compute_loss
+
+    def spy(model, inputs):
+        rows.append({k: v.size(0) for k, v in inputs.items() if isinstance(v, torch.Tensor) and v.dim()})
+        return compute_loss(model, inputs)
+
+    trainer._compute_loss = spy
+    seen = spy_loss(trainer)
+    trainer.train()
+    kinds = {f"q{i}:": KINDS[i % len(KINDS)] for i in range(48)}
+    assert seen and all(kinds[p] == "live" and adv != 0 for p, adv, has_tokens in seen if has_tokens)
+    assert all(set(r.values()) == {8} for r in rows)  # every per-row field, routes included, has the batch's rows
+    if feature == "moe_replay":
+        assert all("old_routes" in r for r in rows)
+    if feature == "beta_and_diagnostics":
+        from gspo_recipes.diagnostics_file import diagnostics_path, read_diagnostics
+
+        lines = read_diagnostics(diagnostics_path(args.output_dir))
+        sections = [line["groups"] for line in lines if "groups" in line]
+        assert len(sections) == 1 and sections[0]["groups"] == 8  # one generation batch of 32 rows, 4 per group
+        assert any("dynamic_sampling" in line for line in lines)
+
+
+def test_resumed_run_draws_the_refills_an_uninterrupted_one_draws(tmp_path, tiny):
+    from gspo_recipes.tiny import build_tiny_model_and_tokenizer
+
+    whole = make_trainer(tmp_path / "whole", tiny, dynamic_sampling=True, max_steps=8)
+    whole.train()
+    first = make_trainer(tmp_path / "cut", build_tiny_model_and_tokenizer(), dynamic_sampling=True, max_steps=8,
+                         save_strategy="steps", save_steps=4)  # fmt: skip
+    first.train()
+    resumed = make_trainer(tmp_path / "cut", build_tiny_model_and_tokenizer(), dynamic_sampling=True, max_steps=8)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "cut" / "checkpoint-4"))
+    assert resumed.dynamic_sampler.last_fill["refill_indices"] == whole.dynamic_sampler.last_fill["refill_indices"]
+    assert resumed.dynamic_sampler.refill.position == whole.dynamic_sampler.refill.position
+
+
+@pytest.mark.parametrize("kind", ["dead", "healthy"])
+def test_the_trainer_warns_on_a_run_of_dead_groups_and_not_on_a_healthy_one(tmp_path, tiny, kind):
+    def toy_accuracy(completions, **kwargs):  # noqa: F811
+        if kind == "dead":
+            return [0.0] * len(completions)
+        return [sum(ch.isdigit() for ch in c) / max(1, len(c)) for c in completions]  # varies within every group
+
+    trainer = make_trainer(tmp_path, tiny, rewards=(toy_accuracy,), max_steps=8, steps_per_generation=1)
+    trainer.group_health.warning = LowSignalWarning(window=4)
+    trainer.train()
+    fired = [w["kind"] for w in trainer.group_health.warning.history]
+    assert fired == (["low_signal"] if kind == "dead" else [])
+
+
+def test_report_replays_the_low_signal_warning_from_the_diagnostics_file():
+    from gspo_recipes.report_groups import groups_summary
+
+    def line(step, effective):
+        counts = {"batches": 1, "groups": 4, "responses": 16, "solve_all": 0, "solve_none": 0}
+        return {"step": step, "groups": {**counts, "zero_std": 4 - effective // 4, "effective": effective}}
+
+    assert any("warning at step 3" in text for text in groups_summary([line(s, 0) for s in range(1, 6)]))
+    assert not any("warning" in text for text in groups_summary([line(s, 12) for s in range(1, 6)]))
