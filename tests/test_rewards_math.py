@@ -16,7 +16,7 @@ from gspo_recipes.rewards import (
     math_accuracy,
     soft_overlong_punishment,
 )
-from gspo_recipes.rewards import math as math_rewards
+from gspo_recipes.rewards.math import graders as math_rewards
 
 GSM8K_GOLD = "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\n#### 18"
 

@@ -16,8 +16,8 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Any
 
-from .pool import PoolUnavailable, get_pool
-from .text import column, completion_text
+from ..pool import PoolUnavailable, get_pool
+from ..text import column, completion_text
 
 DEFAULT_TIMEOUT_S = float(os.environ.get("GSPO_MATH_TIMEOUT_S", "5"))
 _POOL = "math"
