@@ -1,11 +1,12 @@
-"""Math rewards: exact-answer accuracy for MATH-style and GSM8K-style data.
+"""Math rewards: `math_accuracy` for MATH-style golds, `gsm8k_accuracy` for GSM8K's `#### N` golds.
 
-math-verify does the judging, called the right way round (`verify(gold, answer)`) and never in this process:
-its own timeout uses `signal.alarm`, which raises outside the main thread and cannot interrupt big-integer work done
-in C. Here every item runs in a worker of a `DeadlinePool` under a deadline; an item that overruns has its worker
-killed and scores 0.0 (a pathological answer is wrong, not unknown). Plain numbers never reach sympy at all.
+Both pay only for a committed, correct final answer, under the final-answer contract (`contract.py`, and the README's
+"Final-answer contract"). Plain numbers are compared exactly in this process; anything else goes to math-verify in
+a worker of the deadline pool (`verifier.py`), once per distinct (gold, answer) in the batch. `contract=False`, or
+the registry names `math_accuracy_lenient` / `gsm8k_accuracy_lenient`, keeps math-verify's own reading (`lenient.py`).
 
-Scores: 1.0 right, 0.0 wrong (or no answer found), None when the gold answer cannot be parsed.
+Scores: 1.0 right, 0.0 wrong (or no committed answer, or a break of the contract), None only when the gold answer
+cannot be parsed (or the reward workers cannot start at all).
 """
 
 from __future__ import annotations
@@ -13,16 +14,26 @@ from __future__ import annotations
 import os
 import re
 from fractions import Fraction
-from functools import lru_cache
 from typing import Any
 
-from ..pool import PoolUnavailable, get_pool
 from ..text import column, completion_text
+from .contract import (
+    RELATIVE_TOLERANCE,
+    answer_form,
+    boxed_contents,
+    has_decimal,
+    is_echo,
+    plain_number,
+    read_final_answers,
+    refusal,
+    squash,
+)
+from .lenient import _format_number, _gsm8k_gold, _math_gold, lenient_gsm8k_accuracy, lenient_math_accuracy
+from .verifier import EXACT, NO_NUMERIC_RULE, RELATIVE, verify_in_pool
 
 DEFAULT_TIMEOUT_S = float(os.environ.get("GSPO_MATH_TIMEOUT_S", "5"))
-_POOL = "math"
-_POOL_PRELOAD = ("math_verify", __name__)
-_MAX_DIGITS = 100  # longer "numbers" are never a dataset's answer, and Fraction() on them is wasted work
+_CHOICE = re.compile(r"\(?([A-Z])\)?")
+_MAX_ANSWER_CHARS = 1000  # no dataset's answer is a kilobyte of LaTeX: not worth a worker's time
 
 
 def math_accuracy(
@@ -30,255 +41,186 @@ def math_accuracy(
     solution: list | None = None,
     answer: list | None = None,
     *,
+    prompts: list | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
+    contract: bool = True,
     **kwargs: Any,
 ) -> list[float | None]:
-    """1.0 when the completion's final answer equals the gold one, judged by math-verify.
+    """1.0 when the completion commits to one final answer and it equals the gold one.
 
     The gold comes from the `answer` column (a bare answer, such as `\\frac{1}{2}`) when there is one, else from the
-    `solution` column (a full worked solution with a `\\boxed{}` answer, as in MATH). The completion's answer is its
-    `\\boxed{}` content first, then other LaTeX and plain expressions. An unparseable gold gives None; each item gets
-    `timeout_s` seconds in a worker process.
+    `solution` column (a worked solution with a `\\boxed{}` answer, as in MATH). The completion's answer is read
+    under the final-answer contract: after the last `</think>`, from `\\boxed{}`, "The answer is ...", "Final
+    answer: ..." or `#### ...`; every such answer must be right; no hedges, alternatives, relations other than
+    `x = value`, copies of the problem (from `prompts`, which TRL passes), or decimals for an exact gold. Genuine
+    equivalence (fractions, roots, intervals, sets, units and words around a number) is math-verify's, each item
+    under `timeout_s` seconds in a worker process. An unparseable gold gives None.
+
+    `contract=False` keeps math-verify's own, lenient reading (the last box, the last expression in the text).
     """
+    if not contract:
+        return lenient_math_accuracy(completions, solution, answer, timeout_s=timeout_s)
     n = len(completions)
-    texts = [completion_text(c) for c in completions]
     golds = [_math_gold(s, a) for s, a in zip(column(solution, n), column(answer, n))]
-    scores: list[float | None] = [None] * n
-    slow: list[int] = []
-    for i, (text, gold) in enumerate(zip(texts, golds)):
+    problems = problem_texts(prompts, kwargs, n)
+    judged = []
+    for completion, gold, problem in zip(completions, golds, problems):
         if gold is None:
+            judged.append(None)
             continue
-        scores[i] = _integer_fast_path(gold, text)
-        if scores[i] is None:
-            slow.append(i)
-    # A GRPO batch holds each prompt's generations together, and many end on the same \boxed{} answer: those are
-    # judged once, on the boxed content alone. If that content does not parse, math-verify would look elsewhere in
-    # the text, so those completions are judged again in full.
-    boxed = {i: _single_boxed(texts[i]) for i in slow}
-    requests = [(i, golds[i], boxed[i] or texts[i], boxed[i] is not None) for i in slow]
-    retry = _verify_in_pool(scores, requests, timeout_s)
-    _verify_in_pool(scores, [(i, golds[i], texts[i], False) for i in retry], timeout_s)
-    return scores
+        gold_answer = gold[0] if gold[1] else _last_box(gold[0])
+        judged.append(_committed_answers(completion_text(completion), gold_answer, problem))
+    return _score(judged, golds, timeout_s, _math_request)
 
 
 def gsm8k_accuracy(
     completions: list,
     answer: list | None = None,
     *,
+    prompts: list | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
+    contract: bool = True,
     **kwargs: Any,
 ) -> list[float | None]:
-    """1.0 when the completion's final number equals GSM8K's gold (the number after `####` in `answer`).
+    """1.0 when the completion commits to one final number and it equals GSM8K's gold (the number after `####`).
 
-    The completion's answer is taken from `\\boxed{}`, then `#### N`, "The answer is N", "Final answer: N",
-    "Answer: N", and otherwise the last number in the text; "1,000", "$18", "18.00" and "18%" all read as numbers.
-    Plain numbers are compared exactly in this process; only a non-numeric `\\boxed{}` (say `\\frac{36}{2}`) goes to
-    math-verify, under `timeout_s`. A gold with no readable number gives None.
+    The answer is read under the final-answer contract, as in `math_accuracy`: `\\boxed{}`, `#### N`, "The answer is
+    N", "Final answer: N", "Answer: N" after the last `</think>`, all of them agreeing, no hedge, no last-number
+    fallback. Numbers are whole tokens ("1,000", "70 000", "$18", "18.00", "18%", `\\text{18 dollars}` read as
+    numbers; "1,8", "1 8", "18/5", "18^2" do not read as 18) compared exactly in this process; only a non-numeric
+    answer (say `\\frac{36}{2}`) goes to math-verify, under `timeout_s`. A gold with no readable number gives None.
+
+    `contract=False` keeps the lenient reading (the last box, then anchors, then the last number anywhere).
     """
+    if not contract:
+        return lenient_gsm8k_accuracy(completions, answer, timeout_s=timeout_s)
     n = len(completions)
-    scores: list[float | None] = [None] * n
-    slow: list[tuple] = []
-    for i, (completion, gold_text) in enumerate(zip(completions, column(answer, n))):
-        gold = _gsm8k_gold(gold_text)
-        if gold is None:
-            continue
-        candidate = _gsm8k_candidate(completion_text(completion))
-        if candidate is None:
-            scores[i] = 0.0
-            continue
-        value = _as_number(candidate)
-        if value is not None:
-            scores[i] = float(value == gold)
-        elif len(candidate) > 1000:  # no GSM8K answer is a kilobyte of LaTeX: not worth a worker's time
-            scores[i] = 0.0
-        else:
-            slow.append((i, (_format_number(gold), True), f"$\\boxed{{{candidate}}}$", False))
-    _verify_in_pool(scores, slow, timeout_s)
-    return scores
+    gold_numbers = [_gsm8k_gold(gold) for gold in column(answer, n)]
+    golds = [None if value is None else (_format_number(value), True) for value in gold_numbers]
+    problems = problem_texts(prompts, kwargs, n)
+    judged = []
+    for completion, gold, problem in zip(completions, golds, problems):
+        judged.append(None if gold is None else _committed_answers(completion_text(completion), gold[0], problem))
+    return _score(judged, golds, timeout_s, _gsm8k_request)
+
+
+def math_accuracy_lenient(completions: list, **kwargs: Any) -> list[float | None]:
+    """`math_accuracy(..., contract=False)`: math-verify's own reading of the completion (the last box, relations
+    read as their right-hand side, the last expression when nothing is boxed, 6-decimal rounding). Pays for hedges
+    and wrong relations; see `gspo audit-reward math_accuracy_lenient`."""
+    return math_accuracy(completions, **kwargs, contract=False)
+
+
+def gsm8k_accuracy_lenient(completions: list, **kwargs: Any) -> list[float | None]:
+    """`gsm8k_accuracy(..., contract=False)`: the last box, then `####` and "the answer is", then the last number
+    anywhere in the text. Pays for number dumps that end in the gold; see `gspo audit-reward`."""
+    return gsm8k_accuracy(completions, **kwargs, contract=False)
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Gold answers
 
 
-def _math_gold(solution: Any, answer: Any) -> tuple[str, bool] | None:
-    """(gold text, whether it is a bare answer) or None when the row has neither."""
-    if isinstance(answer, (int, float)):
-        answer = str(answer)
-    if isinstance(answer, str) and answer.strip():
-        if "####" in answer:  # a GSM8K-style worked answer
-            answer = answer.rsplit("####", 1)[1]
-        return answer.strip(), True
-    if isinstance(solution, str) and solution.strip():
-        return solution, False
+def problem_texts(prompts: list | None, columns: dict, n: int) -> list[str | None]:
+    """The problem statement of each completion, for the echo rule: the user's messages of the prompt TRL passes,
+    else a `problem` or `question` column; None when there is none (then nothing counts as an echo)."""
+    if prompts is not None:
+        return [_prompt_text(prompt) for prompt in column(prompts, n)]
+    for name in ("problem", "question"):
+        if columns.get(name) is not None:
+            return [value if isinstance(value, str) else None for value in column(columns[name], n)]
+    return [None] * n
+
+
+def _prompt_text(prompt: Any) -> str | None:
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, (list, tuple)):
+        users = [m for m in prompt if isinstance(m, dict) and m.get("role") == "user"] or list(prompt)
+        return "\n".join(completion_text(message) for message in users)
     return None
 
 
-def _gsm8k_gold(answer: Any) -> Fraction | None:
-    if isinstance(answer, (int, float)):
-        answer = str(answer)
-    if not isinstance(answer, str):
-        return None
-    return _as_number(answer.rsplit("####", 1)[-1])
+def _last_box(solution: str) -> str:
+    boxes = boxed_contents(solution)
+    return boxes[-1] if boxes else solution
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Reading numbers without sympy
-
-_NUMBER = r"[-−]?\$?\s?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?%?|[-−]?\.\d+"
-_NUMBER_RE = re.compile(rf"(?<![\w.])(?:{_NUMBER})")
-_ANCHORS = [  # in priority order, after \boxed{}
-    re.compile(rf"####\s*({_NUMBER})"),
-    re.compile(rf"the\s+(?:final\s+)?answer\s+is\s*[:：]?[\s*_$]*({_NUMBER})", re.IGNORECASE),
-    re.compile(rf"final\s+answer\s*(?:is)?\s*[:：][\s*_$]*({_NUMBER})", re.IGNORECASE),
-    re.compile(rf"answer\s*[:：][\s*_$]*({_NUMBER})", re.IGNORECASE),
-]
-_LATEX_NOISE = re.compile(r"\\text\s*\{[^{}]*\}|\\mathrm\s*\{[^{}]*\}|\\[,!;: ]|\\\$|\\%|\{,\}|\$|\\left|\\right")
-_INTEGER = re.compile(rf"\s*\$?\s*(-?\d{{1,{_MAX_DIGITS}}})\s*\$?\s*")
-_PLAIN = re.compile(r"([-−]?)(\d+(?:\.\d+)?|\.\d+)(?:/(\d+))?%?")
-
-
-def _as_number(text: str) -> Fraction | None:
-    """The value of a plain number ("1,000", "$18", "18.00", "18%", "-3", "3/4"), or None if it is not one."""
-    cleaned = _LATEX_NOISE.sub("", text).replace(",", "").replace(" ", "").strip().rstrip(".")
-    match = _PLAIN.fullmatch(cleaned)
-    if not match or len(cleaned) > _MAX_DIGITS:
-        return None
-    sign, number, denominator = match.groups()
-    if denominator is not None and int(denominator) == 0:
-        return None
-    value = Fraction(number) / (int(denominator) if denominator else 1)
-    return -value if sign else value
-
-
-def _format_number(value: Fraction) -> str:
-    return str(value.numerator) if value.denominator == 1 else f"{value.numerator}/{value.denominator}"
-
-
-def _gsm8k_candidate(text: str) -> str | None:
-    """The text of the completion's answer, by the priority in `gsm8k_accuracy`'s docstring."""
-    boxed = boxed_contents(text)
-    if boxed:
-        return boxed[-1]
-    for anchor in _ANCHORS:
-        matches = anchor.findall(text)
-        if matches:
-            return matches[-1]
-    numbers = _NUMBER_RE.findall(text)
-    return numbers[-1] if numbers else None
-
-
-def boxed_contents(text: str) -> list[str]:
-    """The contents of every `\\boxed{...}` / `\\fbox{...}` in `text`, braces matched."""
-    contents = []
-    for match in re.finditer(r"\\(?:boxed|fbox)\s*\{", text):
-        depth, start = 1, match.end()
-        for position in range(start, len(text)):
-            char = text[position]
-            depth += char == "{"
-            depth -= char == "}"
-            if depth == 0:
-                contents.append(text[start:position])
-                break
-    return contents
-
-
-def _integer_fast_path(gold: tuple[str, bool], text: str) -> float | None:
-    """Exact verdict when the gold and the completion's only `\\boxed{}` are both integers; None otherwise."""
-    gold_text, bare = gold
-    if not bare:
-        gold_boxes = boxed_contents(gold_text)
-        if len(gold_boxes) != 1:
-            return None
-        gold_text = gold_boxes[0]
-    answer_boxes = boxed_contents(text)
-    if len(answer_boxes) != 1:
-        return None
-    gold_match, answer_match = _INTEGER.fullmatch(gold_text), _INTEGER.fullmatch(answer_boxes[0])
-    if not (gold_match and answer_match):
-        return None
-    return float(int(gold_match.group(1)) == int(answer_match.group(1)))
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# math-verify, in the worker processes
-
-
-_UNPARSED = "unparsed"
-
-
-def _single_boxed(text: str) -> str | None:
-    boxes = boxed_contents(text)
-    return f"$\\boxed{{{boxes[0]}}}$" if len(boxes) == 1 else None
-
-
-def _verify_in_pool(scores: list, requests: list[tuple], timeout_s: float) -> list[int]:
-    """Score (index, gold, answer text, boxed only) requests, each distinct one once. Returns the indices of
-    boxed-only requests whose box did not parse."""
-    owners: dict[tuple, list[int]] = {}
-    for index, *request in requests:
-        owners.setdefault(tuple(request), []).append(index)
-    if not owners:
-        return []
-    items = [(*gold, text, boxed_only) for gold, text, boxed_only in owners]
-    try:
-        pool = get_pool(_POOL, preload=_POOL_PRELOAD)
-        verdicts = pool.map(f"{__name__}:verify_answer", items, deadline_s=timeout_s, on_timeout=0.0, on_error=None)
-    except PoolUnavailable:
-        verdicts = [None] * len(items)  # infrastructure failure: unknown, not wrong
-    unparsed = []
-    for indices, verdict in zip(owners.values(), verdicts):
-        for index in indices:
-            if verdict == _UNPARSED:
-                unparsed.append(index)
-                scores[index] = 0.0
-            else:
-                scores[index] = verdict
-    return unparsed
-
-
-def verify_answer(gold_text: str, gold_is_bare: bool, answer_text: str, boxed_only: bool = False) -> float | str | None:
-    """math-verify's verdict, `verify(gold, answer)`: 1.0 or 0.0, or None for an unparseable gold. With `boxed_only`
-    (`answer_text` is a lone `\\boxed{}`), `"unparsed"` when the box holds no math, so that the caller can judge
-    the whole completion instead. Runs in a pool worker, so math-verify's signal timeouts stay off."""
-    from math_verify import parse, verify
-
-    gold = _parse_gold(gold_text, gold_is_bare)
-    if not gold:
-        return None
-    try:
-        answer = parse(answer_text, extraction_config=_answer_config(), parsing_timeout=None)
-        if boxed_only and all(isinstance(item, str) for item in answer):  # only a verbatim fallback, or nothing
-            return _UNPARSED
-        return float(bool(answer) and verify(gold, answer, timeout_seconds=None))
-    except (MemoryError, RecursionError):  # an answer that blows up sympy is a wrong answer
+def _committed_answers(text: str, gold_answer: str, problem: str | None) -> list[str] | float:
+    """The completion's final answers, each in the form to compare, or 0.0 when the contract refuses it."""
+    found = read_final_answers(text)
+    if found is None or refusal(found, gold_answer):
         return 0.0
+    answers = []
+    for answer, boxed in zip(found.answers, found.boxed):
+        if not boxed and not re.search(r"[\d\\]", answer) and re.search(r"\d", gold_answer):
+            continue  # "our answer is correct": prose after an anchor, no value at all, where the gold is a number
+        form = answer_form(answer, gold_answer)
+        if form is None or len(form) > _MAX_ANSWER_CHARS or is_echo(form, gold_answer, problem):
+            return 0.0
+        answers.append(form)
+    return answers or 0.0
 
 
-@lru_cache(maxsize=4096)
-def _parse_gold(text: str, bare: bool) -> list:
-    # A GRPO batch holds each gold once per generation: parse it once per worker.
-    from math_verify import LatexExtractionConfig, parse
-
-    if bare:
-        return parse(f"${text}$", parsing_timeout=None)
-    return parse(text, extraction_config=[LatexExtractionConfig(boxed_match_priority=0)], parsing_timeout=None)
-
-
-@lru_cache(maxsize=1)
-def _answer_config() -> tuple:
-    from math_verify import ExprExtractionConfig, LatexExtractionConfig
-
-    return (LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig())
-
-
-def _quiet_math_verify() -> None:
-    # We disable math-verify's timeouts on purpose (the pool enforces deadlines); its warning about that is noise.
-    import logging
-
-    for name in ("math_verify.parser", "math_verify.grader"):
-        logging.getLogger(name).setLevel(logging.ERROR)
+def _math_request(gold: tuple[str, bool], answer: str) -> float | tuple:
+    """A verdict in this process when one is certain, else the arguments for `verify_final_answer`."""
+    gold_text, bare = gold
+    gold_answer = gold_text if bare else _last_box(gold_text)
+    if squash(answer) == squash(gold_answer):
+        return 1.0
+    letter = _CHOICE.fullmatch(squash(gold_answer))
+    if letter:  # a choice letter is that letter, as written: math-verify would also take the variable c for (C)
+        written = _CHOICE.fullmatch(squash(answer))
+        return float(bool(written) and written.group(1) == letter.group(1))
+    gold_value, value = plain_number(gold_answer), plain_number(answer)
+    if gold_value is not None and value is not None:
+        return float(_numbers_equal(gold_value, value, relative=has_decimal(gold_answer)))
+    if has_decimal(gold_answer):
+        rule = RELATIVE
+    else:
+        rule = EXACT if has_decimal(answer) else NO_NUMERIC_RULE
+    return (gold_text, bare, answer, rule)
 
 
-if os.environ.get("GSPO_REWARD_WORKER") == "1":
-    _quiet_math_verify()
+def _gsm8k_request(gold: tuple[str, bool], answer: str) -> float | tuple:
+    value = plain_number(answer)
+    if value is not None:
+        return float(value == Fraction(gold[0]))
+    return (gold[0], True, answer, EXACT if has_decimal(answer) else NO_NUMERIC_RULE)
+
+
+def _numbers_equal(gold: Fraction, value: Fraction, relative: bool) -> bool:
+    if not relative:
+        return gold == value
+    return abs(gold - value) <= Fraction(RELATIVE_TOLERANCE) * max(abs(gold), abs(value))
+
+
+def _score(judged: list, golds: list, timeout_s: float, request_for) -> list[float | None]:
+    """Each completion's score: 1.0 only when every one of its committed answers is right.
+
+    A GRPO batch holds each prompt's generations together, and many end on the same answer: each distinct (gold,
+    answer) goes to math-verify once."""
+    verdicts: list[list] = [[] for _ in judged]
+    requests, owners = [], []
+    for i, answers in enumerate(judged):
+        if not isinstance(answers, list):
+            continue
+        for answer in answers:
+            request = request_for(golds[i], answer)
+            if isinstance(request, tuple):
+                owners.append(i)
+                requests.append((len(requests), *request))
+            else:
+                verdicts[i].append(request)
+    results: list[float | None] = [None] * len(requests)
+    verify_in_pool(results, requests, timeout_s, "verify_final_answer")
+    for i, result in zip(owners, results):
+        verdicts[i].append(result)
+    scores: list[float | None] = []
+    for answers, verdict in zip(judged, verdicts):
+        if not isinstance(answers, list):
+            scores.append(answers)  # None (no gold) or 0.0 (refused by the contract)
+        elif any(v == 0.0 for v in verdict):
+            scores.append(0.0)
+        else:
+            scores.append(None if any(v is None for v in verdict) else 1.0)
+    return scores
