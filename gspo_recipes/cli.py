@@ -1,4 +1,4 @@
-"""`gspo`: the console script. Subcommands `report`, `calibrate` and `simulate`.
+"""`gspo`: the console script. Subcommands `report`, `calibrate`, `simulate` and `audit-reward`.
 
 Each subcommand lives in its own module, which exposes `register(subparsers)`: it adds its parser and sets
 `func`, the function that runs it with the parsed arguments and returns an exit code.
@@ -14,6 +14,7 @@ SUBCOMMANDS = {
     "report": "gspo_recipes.report",
     "calibrate": "gspo_recipes.calibrate",
     "simulate": "gspo_recipes.simulate",
+    "audit-reward": "gspo_recipes.commands.audit_reward",
 }
 
 
