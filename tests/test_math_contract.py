@@ -186,6 +186,8 @@ FAMILIES = {
         *both("\\boxed{\\$18}", 1.0),
         *both("The answer is 18 clips.", 1.0),
         *both("**Answer:** 18", 1.0),
+        *both("She makes 9 * 2 = $<<9*2=18>>18 every day.\nA: 18", 1.0),  # GSM8K's example model solutions
+        *both("She makes 9 * 2 = $<<9*2=18>>18 every day.\nA: 20", 0.0),
         *both("The final answer is: **18**", 1.0),
         *both("The answer is $18.", 1.0),
         *both("\\boxed{18\\%}", 1.0),

@@ -4,8 +4,8 @@ RL optimises whatever the reward pays for, so the graders pay only for one commi
 careful human marker would read it, and never for text that merely contains the gold somewhere:
 
 - the answer is read only after the last `</think>` (an unclosed `<think>` has no answer);
-- the completion commits to its answer with `\\boxed{}`, `#### N`, "The answer is ...", "Final answer: ..." or
-  "Answer: ..."; with no such marker there is no answer (no last-number fallback);
+- the completion commits to its answer with `\\boxed{}`, `#### N`, "The answer is ...", "Final answer: ...",
+  "Answer: ..." or a line "A: ..."; with no such marker there is no answer (no last-number fallback);
 - every committed answer must be right: answers that disagree score 0, and so does a hedge or a retraction from
   the first answer on ("or", "maybe", "wait", "actually", ...), unless the gold itself says it;
 - one answer may not list alternatives where the gold is one value ("9, 10", "18 or 20", `\\lor`, `\\pm`);
@@ -34,8 +34,8 @@ RELATIVE_TOLERANCE = 1e-9  # float round-off passes; any rounding a person write
 # Finding the committed answers
 
 _ANCHOR = re.compile(
-    r"####|\b(?:the\s+)?(?:final\s+)?answer\s+is\b\s*[:：]?|\b(?:final\s+)?answer\s*[:：]",
-    re.IGNORECASE,
+    r"####|\b(?:the\s+)?(?:final\s+)?answer\s+is\b\s*[:：]?|\b(?:final\s+)?answer\s*[:：]|^[ \t]*A[ \t]*[:：]",
+    re.IGNORECASE | re.MULTILINE,  # "A: 18" on a line of its own is how GSM8K's example model solutions end
 )
 _BOX = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _MARKDOWN = re.compile(r"\*\*|__|(?<!\\)\*|`")
