@@ -147,7 +147,7 @@ _HEDGE = re.compile(
     r"\b(?:either|maybe|perhaps|possibly|probably|likely|unsure|not\s+sure|not\s+certain|i\s+think|i\s+guess|"
     r"guess|approximately|approx|roughly|around|about|wait|actually|hmm+|alternatively|instead|otherwise|"
     r"incorrect|wrong|mistake|retract|scratch\s+that|no\s+wait|nope|unless|(?:could|might|may)\s+(?:also\s+)?be|"
-    r"also\s+possible|and/or)\b|\bno\b\s*[,.!]|\\(?:lor|vee|pm|mp)(?![a-zA-Z])|\?",
+    r"also\s+possible|and/or|correction|corrected|kidding|oops|rather|revised?|second\s+thought|typo|ignore)\b|\bno\b\s*[,.!]|\\(?:lor|vee|pm|mp)(?![a-zA-Z])|\?",
     re.IGNORECASE,
 )
 _CONNECTIVE = re.compile(
@@ -336,17 +336,22 @@ def is_echo(answer: str, gold: str, problem: str | None) -> bool:
     single symbol (a choice letter) is never an echo: any problem may mention those."""
     if not problem:
         return False
-    span = squash(answer)
+    span = _echo_form(answer)
     if len(span) < 2 or re.fullmatch(r"[-−]?\d+|\(?[A-Za-z]\)?", span):
         return False
-    written = squash(problem)
+    written = _echo_form(problem)
     return span in written and not _gold_in_problem(gold, problem, written)
+
+
+def _echo_form(text: str) -> str:
+    # Braces and the spelling of a product do not make a copy new: `\sqrt50` copies `\sqrt{50}`, `2\times3` `2 \cdot 3`.
+    return re.sub(r"\\(?:cdot|times)(?![a-zA-Z])", "*", squash(text)).replace("{", "").replace("}", "")
 
 
 def _gold_in_problem(gold: str, problem: str, written: str) -> bool:
     """Whether the problem itself writes the gold. A number counts only standing alone: the 6 of `\\log_2 64` or
     the 5 of `5^5` is not the number 6 or 5."""
-    value = squash(gold)
+    value = _echo_form(gold)
     if re.fullmatch(r"[-−]?\d+(?:\.\d+)?", value):
         return re.search(rf"(?<![\w.^]){re.escape(value)}(?![\w^]|\.\d)", problem) is not None
     return value in written
