@@ -47,7 +47,7 @@ class FinalAnswers:
     """What a completion committed to: its final answers, as written, and the text from the first one on."""
 
     answers: list[str]
-    from_first_answer: str
+    from_first_answer: str  # from the first answer on (and a doubtful lead-in): where hedges and retractions count
     boxed: list[bool]  # per answer: written in a box (else after an anchor such as "The answer is")
 
 
@@ -87,7 +87,11 @@ def read_final_answers(text: str) -> FinalAnswers | None:
         return None
     found.sort()
     answers, boxed = [answer for _, answer, _ in found], [is_box for _, _, is_box in found]
-    return FinalAnswers(answers, section[found[0][0] :], boxed)
+    # "I think the answer is 18": the doubt comes just before the first answer, in its sentence.
+    before = section[: found[0][0]]
+    sentence_start = max(before.rfind(mark) + len(mark) if mark in before else 0 for mark in _SENTENCE_MARKS)
+    lead_in = before[sentence_start:] if _LEAD_IN_HEDGE.search(before[sentence_start:]) else ""
+    return FinalAnswers(answers, lead_in + section[found[0][0] :], boxed)
 
 
 def boxed_contents(text: str) -> list[str]:
@@ -147,9 +151,14 @@ _HEDGE = re.compile(
     r"\b(?:either|maybe|perhaps|possibly|probably|likely|unsure|not\s+sure|not\s+certain|i\s+think|i\s+guess|"
     r"guess|approximately|approx|roughly|around|about|wait|actually|hmm+|alternatively|instead|otherwise|"
     r"incorrect|wrong|mistake|retract|scratch\s+that|no\s+wait|nope|unless|(?:could|might|may)\s+(?:also\s+)?be|"
-    r"also\s+possible|and/or|correction|corrected|kidding|oops|rather|revised?|second\s+thought|typo|ignore)\b|\bno\b\s*[,.!]|\\(?:lor|vee|pm|mp)(?![a-zA-Z])|\?",
+    r"also\s+possible|and/or|correction|corrected|kidding|oops|rather|revised?|second\s+thought|typo|ignore|unclear|uncertain)\b|\bno\b\s*[,.!]|\\(?:lor|vee|pm|mp)(?![a-zA-Z])|\?",
     re.IGNORECASE,
 )
+_LEAD_IN_HEDGE = re.compile(
+    r"\b(?:i\s+think|i\s+guess|i\s+believe|maybe|perhaps|possibly|probably|likely|not\s+sure|unsure|might|could)\b",
+    re.IGNORECASE,
+)
+_SENTENCE_MARKS = ("\n", ". ", "! ", "? ")
 _CONNECTIVE = re.compile(
     r":=|\\(?:to|rightarrow|Rightarrow|longrightarrow|Longrightarrow|implies|iff|Leftrightarrow|leftrightarrow|"
     r"mapsto|sim|approx|simeq|equiv|mid|lor|land|vee|wedge|neq|ne|therefore|because|cong|propto|pm|mp)"
@@ -175,7 +184,7 @@ def answer_form(answer: str, gold: str) -> str | None:
     Checks, each relative to the gold (what the gold itself writes is allowed): connectives and relations,
     alternatives and lists, numbers glued together, ragged matrices. `variable = value` becomes the value.
     """
-    one_value = _count_commas(gold) == 0 and not _RELATION.search(gold)  # an inequality gold is a range
+    one_value = _count_commas(join_thousands(gold)) == 0 and not _RELATION.search(gold)  # an inequality is a range
     answer = join_thousands(answer.strip().rstrip(".,;:").strip(), commas=one_value)
     if not answer or _is_ragged_matrix(answer):
         return None
