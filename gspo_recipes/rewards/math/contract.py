@@ -65,9 +65,10 @@ def read_final_answers(text: str) -> FinalAnswers | None:
     section = final_section(text)
     if section is None:
         return None
-    found = [(start, content, True) for start, _, content in _boxes(section)]
-    box_starts = [start for start, _, _ in found]
-    box_spans = [(start, end) for start, end, _ in _boxes(section)]
+    boxes = _boxes(section)
+    found = [(start, content, True) for start, _, content in boxes]
+    box_starts = [start for start, _, _ in boxes]
+    box_spans = [(start, end) for start, end, _ in boxes]
     for match in _ANCHOR.finditer(section):
         if any(start <= match.start() < end for start, end in box_spans):
             continue  # "answer:" written inside a box is part of that box's answer
