@@ -87,7 +87,7 @@ def _numeric_cases(gold: str, value: Fraction) -> list[tuple[str, str, bool]]:
     ]
     if value != 0:
         cases.append(("glued_digits", f"The answer is {shown}/5.", False))
-    if value not in (0, 1):
+    if abs(value) not in (0, 1):  # 1^2 is 1 and -1^2 is -1: no wrong answer there
         cases.append(("glued_digits", f"The answer is {shown}^2.", False))
     if value.denominator != 1:  # an exact fraction: its 6-decimal rounding is not it
         cases.append(("tolerance_near_miss", f"\\boxed{{{float(value):.6f}}}", False))
