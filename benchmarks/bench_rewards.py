@@ -1,11 +1,14 @@
 """Completions per second of the rewards, each beside the plain baseline measured in the same run.
 
-  gsm8k_accuracy   vs math-verify `parse`/`verify` item by item in this process
-  math_accuracy    vs the same
+  gsm8k_accuracy   vs math-verify `parse`/`verify` item by item in this process (must stay >= 10x)
+  math_accuracy    vs the same (must stay >= 1x); `/8`: GRPO groups of 8 generations of one prompt
+  *_lenient        the same rewards with contract=False, to show what the final-answer contract costs
   code_execution   vs one `subprocess.run` per problem (program and its asserts), no sandbox, one after the other
 
 The data is synthetic (no network here) but shaped like the real thing: GSM8K-style reasoning ending in one of the
-usual answer formats, MATH-style `\\boxed{}` answers of every kind (integers, fractions, roots, intervals,
+usual answer formats (one of them, "Altogether that makes N apples.", commits to no answer: the final-answer
+contract scores it 0 where math-verify reads the last number, so "same verdicts" is below 100% by design),
+MATH-style `\\boxed{}` answers of every kind (integers, fractions, roots, intervals,
 expressions; about half wrong), and MBPP-style functions with three asserts each. Both sides are warmed up first
 (workers started, modules imported) on items that are not timed.
 
@@ -26,6 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gspo_recipes.rewards import code_execution, gsm8k_accuracy, math_accuracy  # noqa: E402
+from gspo_recipes.rewards.math import gsm8k_accuracy_lenient, math_accuracy_lenient  # noqa: E402
 
 # ----------------------------------------------------------------------------------------------------------------
 # Data
@@ -145,7 +149,9 @@ def main() -> None:
     code_execution(warm_code, tests=warm_tests)
     subprocess_per_problem(warm_code[:1], warm_tests[:1])
 
-    names = ("gsm8k_accuracy", "math_accuracy", "math_accuracy/8") * do_math + ("code_execution",) * do_code
+    math_names = ("gsm8k_accuracy", "gsm8k_lenient", "math_accuracy", "math_lenient")
+    math_names += ("math_accuracy/8", "math_lenient/8")
+    names = math_names * do_math + ("code_execution",) * do_code
     rows = {name: [] for name in names}
     agreement = {name: [] for name in rows}
     for repeat in range(args.repeats):
@@ -159,16 +165,18 @@ def main() -> None:
             continue
         completions, answers = gsm8k_items(n_gsm, seed=repeat)
         golds = [a.rsplit("####", 1)[1].strip() for a in answers]
-        measure(rows, agreement, "gsm8k_accuracy", n_gsm,
-                partial(gsm8k_accuracy, completions, answer=answers),
-                partial(math_verify_one_by_one, completions, golds))  # fmt: skip
+        for name, reward in (("gsm8k_accuracy", gsm8k_accuracy), ("gsm8k_lenient", gsm8k_accuracy_lenient)):
+            measure(rows, agreement, name, n_gsm,
+                    partial(reward, completions, answer=answers),
+                    partial(math_verify_one_by_one, completions, golds))  # fmt: skip
 
-        for name, group in (("math_accuracy", 1), ("math_accuracy/8", 8)):
+        for group, suffix in ((1, ""), (8, "/8")):
             completions_m, answers_m = math_items(n_math, seed=1000 * group + repeat, group=group)
             boxed_golds = [f"$\\boxed{{{a}}}$" for a in answers_m]
-            measure(rows, agreement, name, n_math,
-                    partial(math_accuracy, completions_m, answer=answers_m),
-                    partial(math_verify_one_by_one, completions_m, boxed_golds))  # fmt: skip
+            for name, reward in (("math_accuracy", math_accuracy), ("math_lenient", math_accuracy_lenient)):
+                measure(rows, agreement, name + suffix, n_math,
+                        partial(reward, completions_m, answer=answers_m),
+                        partial(math_verify_one_by_one, completions_m, boxed_golds))  # fmt: skip
 
     print(f"completions/s, median of {args.repeats} (cores: {len(__import__('os').sched_getaffinity(0))})")
     print("math_accuracy: every completion a different prompt; math_accuracy/8: GRPO groups of 8 generations")

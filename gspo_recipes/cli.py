@@ -1,4 +1,4 @@
-"""`gspo`: the console script. Subcommands `report`, `calibrate`, `simulate` and `passrate`.
+"""`gspo`: the console script. Subcommands `report`, `calibrate`, `simulate`, `passrate` and `audit-reward`.
 
 Each subcommand lives in its own module, which exposes `register(subparsers)`: it adds its parser and sets
 `func`, the function that runs it with the parsed arguments and returns an exit code.
@@ -15,6 +15,7 @@ SUBCOMMANDS = {
     "calibrate": "gspo_recipes.calibrate",
     "simulate": "gspo_recipes.simulate",
     "passrate": "gspo_recipes.commands.passrate",
+    "audit-reward": "gspo_recipes.commands.audit_reward",
 }
 
 

@@ -16,7 +16,7 @@ from gspo_recipes.rewards import (
     math_accuracy,
     soft_overlong_punishment,
 )
-from gspo_recipes.rewards import math as math_rewards
+from gspo_recipes.rewards.math import verifier as math_rewards
 
 GSM8K_GOLD = "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\n#### 18"
 
@@ -33,7 +33,6 @@ GSM8K_GOLD = "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\n#### 18"
         "The answer is 18.",
         "Final answer: 18",
         "**Answer:** 18",
-        "First 3 + 5 = 8, then 8 + 10 = 18",  # last number in the text
         "The answer is $18.",
         "The answer is 18.00",
         "The answer is 18%",
@@ -54,8 +53,11 @@ def test_gsm8k_thousands_separators_and_negative_numbers():
 def test_gsm8k_anchored_answer_beats_later_numbers():
     # "The answer is 18" is the answer even though a stray number follows it.
     assert gsm8k_accuracy(["The answer is 18. (I checked it 2 times.)"], answer=[GSM8K_GOLD]) == [1.0]
-    # ...and \boxed{} beats an anchor.
-    assert gsm8k_accuracy(["The answer is 17, no wait: \\boxed{18}"], answer=[GSM8K_GOLD]) == [1.0]
+    # The final-answer contract changed these: two final answers that disagree pay nothing (the lenient reading
+    # let the box win), and neither does the last number of a text that commits to no answer.
+    retracted, uncommitted = "The answer is 17, no wait: \\boxed{18}", "First 3 + 5 = 8, then 8 + 10 = 18"
+    assert gsm8k_accuracy([retracted, uncommitted], answer=[GSM8K_GOLD] * 2) == [0.0, 0.0]
+    assert gsm8k_accuracy([retracted, uncommitted], answer=[GSM8K_GOLD] * 2, contract=False) == [1.0, 1.0]
 
 
 def test_gsm8k_wrong_missing_and_unjudgeable():
@@ -205,10 +207,13 @@ def test_configured_rewards_pickle_and_keep_their_name():
 
 
 def test_math_identical_boxes_are_judged_once_but_unreadable_boxes_on_their_own_text():
+    # Under the final-answer contract an unreadable box is an unreadable answer (0.0); the lenient reading looks
+    # past it, so there two unreadable boxes must not share a verdict.
     completions = [
         "So $x = \\frac{1}{2}$. \\boxed{???}",  # math-verify reads past an unreadable box...
         "So $x = \\frac{1}{3}$. \\boxed{???}",  # ...so these two must not share a verdict
         "First \\boxed{\\frac{2}{4}}",
         "Second \\boxed{\\frac{2}{4}}",
     ]
-    assert math_accuracy(completions, answer=["1/2"] * 4) == [1.0, 0.0, 1.0, 1.0]
+    assert math_accuracy(completions, answer=["1/2"] * 4, contract=False) == [1.0, 0.0, 1.0, 1.0]
+    assert math_accuracy(completions, answer=["1/2"] * 4) == [0.0, 0.0, 1.0, 1.0]

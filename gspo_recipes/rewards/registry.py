@@ -16,6 +16,8 @@ from typing import Any
 _REGISTRY: dict[str, str] = {
     "gsm8k_accuracy": "gspo_recipes.rewards.math:gsm8k_accuracy",
     "math_accuracy": "gspo_recipes.rewards.math:math_accuracy",
+    "gsm8k_accuracy_lenient": "gspo_recipes.rewards.math:gsm8k_accuracy_lenient",
+    "math_accuracy_lenient": "gspo_recipes.rewards.math:math_accuracy_lenient",
     "format": "gspo_recipes.rewards.format:format_reward",
     "format_strict": "gspo_recipes.rewards.format:format_strict_reward",
     "soft_overlong_punishment": "gspo_recipes.rewards.length:soft_overlong_punishment",

@@ -1,36 +1,31 @@
-"""Math rewards: exact-answer accuracy for MATH-style and GSM8K-style data.
+"""The lenient math graders: math-verify's own reading of a completion, as before the final-answer contract.
 
-math-verify does the judging, called the right way round (`verify(gold, answer)`) and never in this process:
-its own timeout uses `signal.alarm`, which raises outside the main thread and cannot interrupt big-integer work done
-in C. Here every item runs in a worker of a `DeadlinePool` under a deadline; an item that overruns has its worker
-killed and scores 0.0 (a pathological answer is wrong, not unknown). Plain numbers never reach sympy at all.
-
-Scores: 1.0 right, 0.0 wrong (or no answer found), None when the gold answer cannot be parsed.
+Chosen with `contract=False` on `math_accuracy` / `gsm8k_accuracy`, or by the registry names `math_accuracy_lenient`
+and `gsm8k_accuracy_lenient`. They pay for more than a committed, correct final answer: the last of several boxes,
+the right-hand side of any relation, the last number in the text when nothing is marked as the answer, numbers
+within math-verify's 6-decimal rounding. Use them to compare with older runs, not to train a policy that will learn
+those gaps (`gspo audit-reward math_accuracy_lenient --data ...` shows them).
 """
 
 from __future__ import annotations
 
-import os
 import re
 from fractions import Fraction
-from functools import lru_cache
 from typing import Any
 
-from .pool import PoolUnavailable, get_pool
-from .text import column, completion_text
+from ..text import column, completion_text
+from .contract import boxed_contents
+from .verifier import verify_in_pool
 
-DEFAULT_TIMEOUT_S = float(os.environ.get("GSPO_MATH_TIMEOUT_S", "5"))
-_POOL = "math"
-_POOL_PRELOAD = ("math_verify", __name__)
 _MAX_DIGITS = 100  # longer "numbers" are never a dataset's answer, and Fraction() on them is wasted work
 
 
-def math_accuracy(
+def lenient_math_accuracy(
     completions: list,
     solution: list | None = None,
     answer: list | None = None,
     *,
-    timeout_s: float = DEFAULT_TIMEOUT_S,
+    timeout_s: float,
     **kwargs: Any,
 ) -> list[float | None]:
     """1.0 when the completion's final answer equals the gold one, judged by math-verify.
@@ -55,17 +50,17 @@ def math_accuracy(
     # judged once, on the boxed content alone. If that content does not parse, math-verify would look elsewhere in
     # the text, so those completions are judged again in full.
     boxed = {i: _single_boxed(texts[i]) for i in slow}
-    requests = [(i, golds[i], boxed[i] or texts[i], boxed[i] is not None) for i in slow]
-    retry = _verify_in_pool(scores, requests, timeout_s)
-    _verify_in_pool(scores, [(i, golds[i], texts[i], False) for i in retry], timeout_s)
+    requests = [(i, *golds[i], boxed[i] or texts[i], boxed[i] is not None) for i in slow]
+    retry = verify_in_pool(scores, requests, timeout_s, "verify_answer")
+    verify_in_pool(scores, [(i, *golds[i], texts[i], False) for i in retry], timeout_s, "verify_answer")
     return scores
 
 
-def gsm8k_accuracy(
+def lenient_gsm8k_accuracy(
     completions: list,
     answer: list | None = None,
     *,
-    timeout_s: float = DEFAULT_TIMEOUT_S,
+    timeout_s: float,
     **kwargs: Any,
 ) -> list[float | None]:
     """1.0 when the completion's final number equals GSM8K's gold (the number after `####` in `answer`).
@@ -92,8 +87,8 @@ def gsm8k_accuracy(
         elif len(candidate) > 1000:  # no GSM8K answer is a kilobyte of LaTeX: not worth a worker's time
             scores[i] = 0.0
         else:
-            slow.append((i, (_format_number(gold), True), f"$\\boxed{{{candidate}}}$", False))
-    _verify_in_pool(scores, slow, timeout_s)
+            slow.append((i, _format_number(gold), True, f"$\\boxed{{{candidate}}}$", False))
+    verify_in_pool(scores, slow, timeout_s, "verify_answer")
     return scores
 
 
@@ -168,21 +163,6 @@ def _gsm8k_candidate(text: str) -> str | None:
     return numbers[-1] if numbers else None
 
 
-def boxed_contents(text: str) -> list[str]:
-    """The contents of every `\\boxed{...}` / `\\fbox{...}` in `text`, braces matched."""
-    contents = []
-    for match in re.finditer(r"\\(?:boxed|fbox)\s*\{", text):
-        depth, start = 1, match.end()
-        for position in range(start, len(text)):
-            char = text[position]
-            depth += char == "{"
-            depth -= char == "}"
-            if depth == 0:
-                contents.append(text[start:position])
-                break
-    return contents
-
-
 def _integer_fast_path(gold: tuple[str, bool], text: str) -> float | None:
     """Exact verdict when the gold and the completion's only `\\boxed{}` are both integers; None otherwise."""
     gold_text, bare = gold
@@ -200,85 +180,6 @@ def _integer_fast_path(gold: tuple[str, bool], text: str) -> float | None:
     return float(int(gold_match.group(1)) == int(answer_match.group(1)))
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# math-verify, in the worker processes
-
-
-_UNPARSED = "unparsed"
-
-
 def _single_boxed(text: str) -> str | None:
     boxes = boxed_contents(text)
     return f"$\\boxed{{{boxes[0]}}}$" if len(boxes) == 1 else None
-
-
-def _verify_in_pool(scores: list, requests: list[tuple], timeout_s: float) -> list[int]:
-    """Score (index, gold, answer text, boxed only) requests, each distinct one once. Returns the indices of
-    boxed-only requests whose box did not parse."""
-    owners: dict[tuple, list[int]] = {}
-    for index, *request in requests:
-        owners.setdefault(tuple(request), []).append(index)
-    if not owners:
-        return []
-    items = [(*gold, text, boxed_only) for gold, text, boxed_only in owners]
-    try:
-        pool = get_pool(_POOL, preload=_POOL_PRELOAD)
-        verdicts = pool.map(f"{__name__}:verify_answer", items, deadline_s=timeout_s, on_timeout=0.0, on_error=None)
-    except PoolUnavailable:
-        verdicts = [None] * len(items)  # infrastructure failure: unknown, not wrong
-    unparsed = []
-    for indices, verdict in zip(owners.values(), verdicts):
-        for index in indices:
-            if verdict == _UNPARSED:
-                unparsed.append(index)
-                scores[index] = 0.0
-            else:
-                scores[index] = verdict
-    return unparsed
-
-
-def verify_answer(gold_text: str, gold_is_bare: bool, answer_text: str, boxed_only: bool = False) -> float | str | None:
-    """math-verify's verdict, `verify(gold, answer)`: 1.0 or 0.0, or None for an unparseable gold. With `boxed_only`
-    (`answer_text` is a lone `\\boxed{}`), `"unparsed"` when the box holds no math, so that the caller can judge
-    the whole completion instead. Runs in a pool worker, so math-verify's signal timeouts stay off."""
-    from math_verify import parse, verify
-
-    gold = _parse_gold(gold_text, gold_is_bare)
-    if not gold:
-        return None
-    try:
-        answer = parse(answer_text, extraction_config=_answer_config(), parsing_timeout=None)
-        if boxed_only and all(isinstance(item, str) for item in answer):  # only a verbatim fallback, or nothing
-            return _UNPARSED
-        return float(bool(answer) and verify(gold, answer, timeout_seconds=None))
-    except (MemoryError, RecursionError):  # an answer that blows up sympy is a wrong answer
-        return 0.0
-
-
-@lru_cache(maxsize=4096)
-def _parse_gold(text: str, bare: bool) -> list:
-    # A GRPO batch holds each gold once per generation: parse it once per worker.
-    from math_verify import LatexExtractionConfig, parse
-
-    if bare:
-        return parse(f"${text}$", parsing_timeout=None)
-    return parse(text, extraction_config=[LatexExtractionConfig(boxed_match_priority=0)], parsing_timeout=None)
-
-
-@lru_cache(maxsize=1)
-def _answer_config() -> tuple:
-    from math_verify import ExprExtractionConfig, LatexExtractionConfig
-
-    return (LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig())
-
-
-def _quiet_math_verify() -> None:
-    # We disable math-verify's timeouts on purpose (the pool enforces deadlines); its warning about that is noise.
-    import logging
-
-    for name in ("math_verify.parser", "math_verify.grader"):
-        logging.getLogger(name).setLevel(logging.ERROR)
-
-
-if os.environ.get("GSPO_REWARD_WORKER") == "1":
-    _quiet_math_verify()

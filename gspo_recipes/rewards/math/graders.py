@@ -1,0 +1,226 @@
+"""Math rewards: `math_accuracy` for MATH-style golds, `gsm8k_accuracy` for GSM8K's `#### N` golds.
+
+Both pay only for a committed, correct final answer, under the final-answer contract (`contract.py`, and the README's
+"Final-answer contract"). Plain numbers are compared exactly in this process; anything else goes to math-verify in
+a worker of the deadline pool (`verifier.py`), once per distinct (gold, answer) in the batch. `contract=False`, or
+the registry names `math_accuracy_lenient` / `gsm8k_accuracy_lenient`, keeps math-verify's own reading (`lenient.py`).
+
+Scores: 1.0 right, 0.0 wrong (or no committed answer, or a break of the contract), None only when the gold answer
+cannot be parsed (or the reward workers cannot start at all).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from fractions import Fraction
+from typing import Any
+
+from ..text import column, completion_text
+from .contract import (
+    RELATIVE_TOLERANCE,
+    answer_form,
+    boxed_contents,
+    has_decimal,
+    is_echo,
+    plain_number,
+    read_final_answers,
+    refusal,
+    squash,
+)
+from .lenient import _format_number, _gsm8k_gold, _math_gold, lenient_gsm8k_accuracy, lenient_math_accuracy
+from .verifier import EXACT, NO_NUMERIC_RULE, RELATIVE, verify_in_pool
+
+DEFAULT_TIMEOUT_S = float(os.environ.get("GSPO_MATH_TIMEOUT_S", "5"))
+_CHOICE = re.compile(r"\(?([A-Z])\)?")
+_MAX_ANSWER_CHARS = 1000  # no dataset's answer is a kilobyte of LaTeX: not worth a worker's time
+
+
+def math_accuracy(
+    completions: list,
+    solution: list | None = None,
+    answer: list | None = None,
+    *,
+    prompts: list | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    contract: bool = True,
+    **kwargs: Any,
+) -> list[float | None]:
+    """1.0 when the completion commits to one final answer and it equals the gold one.
+
+    The gold comes from the `answer` column (a bare answer, such as `\\frac{1}{2}`) when there is one, else from the
+    `solution` column (a worked solution with a `\\boxed{}` answer, as in MATH). The completion's answer is read
+    under the final-answer contract: after the last `</think>`, from `\\boxed{}`, "The answer is ...", "Final
+    answer: ..." or `#### ...`; every such answer must be right; no hedges, alternatives, relations other than
+    `x = value`, copies of the problem (from `prompts`, which TRL passes), or decimals for an exact gold. Genuine
+    equivalence (fractions, roots, intervals, sets, units and words around a number) is math-verify's, each item
+    under `timeout_s` seconds in a worker process. An unparseable gold gives None.
+
+    `contract=False` keeps math-verify's own, lenient reading (the last box, the last expression in the text).
+    """
+    if not contract:
+        return lenient_math_accuracy(completions, solution, answer, timeout_s=timeout_s)
+    n = len(completions)
+    golds = [_math_gold(s, a) for s, a in zip(column(solution, n), column(answer, n))]
+    problems = problem_texts(prompts, kwargs, n)
+    judged = []
+    for completion, gold, problem in zip(completions, golds, problems):
+        if gold is None:
+            judged.append(None)
+            continue
+        gold_answer = gold[0] if gold[1] else _last_box(gold[0])
+        judged.append(_committed_answers(completion_text(completion), gold_answer, problem))
+    return _score(judged, golds, timeout_s, _math_request)
+
+
+def gsm8k_accuracy(
+    completions: list,
+    answer: list | None = None,
+    *,
+    prompts: list | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    contract: bool = True,
+    **kwargs: Any,
+) -> list[float | None]:
+    """1.0 when the completion commits to one final number and it equals GSM8K's gold (the number after `####`).
+
+    The answer is read under the final-answer contract, as in `math_accuracy`: `\\boxed{}`, `#### N`, "The answer is
+    N", "Final answer: N", "Answer: N" after the last `</think>`, all of them agreeing, no hedge, no last-number
+    fallback. Numbers are whole tokens ("1,000", "70 000", "$18", "18.00", "18%", `\\text{18 dollars}` read as
+    numbers; "1,8", "1 8", "18/5", "18^2" do not read as 18) compared exactly in this process; only a non-numeric
+    answer (say `\\frac{36}{2}`) goes to math-verify, under `timeout_s`. A gold with no readable number gives None.
+
+    `contract=False` keeps the lenient reading (the last box, then anchors, then the last number anywhere).
+    """
+    if not contract:
+        return lenient_gsm8k_accuracy(completions, answer, timeout_s=timeout_s)
+    n = len(completions)
+    gold_numbers = [_gsm8k_gold(gold) for gold in column(answer, n)]
+    golds = [None if value is None else (_format_number(value), True) for value in gold_numbers]
+    problems = problem_texts(prompts, kwargs, n)
+    judged = []
+    for completion, gold, problem in zip(completions, golds, problems):
+        judged.append(None if gold is None else _committed_answers(completion_text(completion), gold[0], problem))
+    return _score(judged, golds, timeout_s, _gsm8k_request)
+
+
+def math_accuracy_lenient(completions: list, **kwargs: Any) -> list[float | None]:
+    """`math_accuracy(..., contract=False)`: math-verify's own reading of the completion (the last box, relations
+    read as their right-hand side, the last expression when nothing is boxed, 6-decimal rounding). Pays for hedges
+    and wrong relations; see `gspo audit-reward math_accuracy_lenient`."""
+    return math_accuracy(completions, **kwargs, contract=False)
+
+
+def gsm8k_accuracy_lenient(completions: list, **kwargs: Any) -> list[float | None]:
+    """`gsm8k_accuracy(..., contract=False)`: the last box, then `####` and "the answer is", then the last number
+    anywhere in the text. Pays for number dumps that end in the gold; see `gspo audit-reward`."""
+    return gsm8k_accuracy(completions, **kwargs, contract=False)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def problem_texts(prompts: list | None, columns: dict, n: int) -> list[str | None]:
+    """The problem statement of each completion, for the echo rule: the user's messages of the prompt TRL passes,
+    else a `problem` or `question` column; None when there is none (then nothing counts as an echo)."""
+    if prompts is not None:
+        return [_prompt_text(prompt) for prompt in column(prompts, n)]
+    for name in ("problem", "question"):
+        if columns.get(name) is not None:
+            return [value if isinstance(value, str) else None for value in column(columns[name], n)]
+    return [None] * n
+
+
+def _prompt_text(prompt: Any) -> str | None:
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, (list, tuple)):
+        users = [m for m in prompt if isinstance(m, dict) and m.get("role") == "user"] or list(prompt)
+        return "\n".join(completion_text(message) for message in users)
+    return None
+
+
+def _last_box(solution: str) -> str:
+    boxes = boxed_contents(solution)
+    return boxes[-1] if boxes else solution
+
+
+def _committed_answers(text: str, gold_answer: str, problem: str | None) -> list[str] | float:
+    """The completion's final answers, each in the form to compare, or 0.0 when the contract refuses it."""
+    found = read_final_answers(text)
+    if found is None or refusal(found, gold_answer):
+        return 0.0
+    answers = []
+    for answer, boxed in zip(found.answers, found.boxed):
+        if not boxed and not re.search(r"[\d\\]", answer) and re.search(r"\d", gold_answer):
+            continue  # "our answer is correct": prose after an anchor, no value at all, where the gold is a number
+        form = answer_form(answer, gold_answer)
+        if form is None or len(form) > _MAX_ANSWER_CHARS or is_echo(form, gold_answer, problem):
+            return 0.0
+        answers.append(form)
+    return answers or 0.0
+
+
+def _math_request(gold: tuple[str, bool], answer: str) -> float | tuple:
+    """A verdict in this process when one is certain, else the arguments for `verify_final_answer`."""
+    gold_text, bare = gold
+    gold_answer = gold_text if bare else _last_box(gold_text)
+    if squash(answer) == squash(gold_answer):
+        return 1.0
+    letter = _CHOICE.fullmatch(squash(gold_answer))
+    if letter:  # a choice letter is that letter, as written: math-verify would also take the variable c for (C)
+        written = _CHOICE.fullmatch(squash(answer))
+        return float(bool(written) and written.group(1) == letter.group(1))
+    gold_value, value = plain_number(gold_answer), plain_number(answer)
+    if gold_value is not None and value is not None:
+        return float(_numbers_equal(gold_value, value, relative=has_decimal(gold_answer)))
+    if has_decimal(gold_answer):
+        rule = RELATIVE
+    else:
+        rule = EXACT if has_decimal(answer) else NO_NUMERIC_RULE
+    return (gold_text, bare, answer, rule)
+
+
+def _gsm8k_request(gold: tuple[str, bool], answer: str) -> float | tuple:
+    value = plain_number(answer)
+    if value is not None:
+        return float(value == Fraction(gold[0]))
+    return (gold[0], True, answer, EXACT if has_decimal(answer) else NO_NUMERIC_RULE)
+
+
+def _numbers_equal(gold: Fraction, value: Fraction, relative: bool) -> bool:
+    if not relative:
+        return gold == value
+    return abs(gold - value) <= Fraction(RELATIVE_TOLERANCE) * max(abs(gold), abs(value))
+
+
+def _score(judged: list, golds: list, timeout_s: float, request_for) -> list[float | None]:
+    """Each completion's score: 1.0 only when every one of its committed answers is right.
+
+    A GRPO batch holds each prompt's generations together, and many end on the same answer: each distinct (gold,
+    answer) goes to math-verify once."""
+    verdicts: list[list] = [[] for _ in judged]
+    requests, owners = [], []
+    for i, answers in enumerate(judged):
+        if not isinstance(answers, list):
+            continue
+        for answer in answers:
+            request = request_for(golds[i], answer)
+            if isinstance(request, tuple):
+                owners.append(i)
+                requests.append((len(requests), *request))
+            else:
+                verdicts[i].append(request)
+    results: list[float | None] = [None] * len(requests)
+    verify_in_pool(results, requests, timeout_s, "verify_final_answer")
+    for i, result in zip(owners, results):
+        verdicts[i].append(result)
+    scores: list[float | None] = []
+    for answers, verdict in zip(judged, verdicts):
+        if not isinstance(answers, list):
+            scores.append(answers)  # None (no gold) or 0.0 (refused by the contract)
+        elif any(v == 0.0 for v in verdict):
+            scores.append(0.0)
+        else:
+            scores.append(None if any(v is None for v in verdict) else 1.0)
+    return scores
