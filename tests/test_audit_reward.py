@@ -159,3 +159,28 @@ def test_kind_comes_from_the_registry_entry_then_the_columns():
     assert audit_reward.infer_kind("m:f", "m:f", {"text": "x", "test_list": []}) == "code"
     assert audit_reward.infer_kind("m:f", "m:f", {"problem": "x", "solution": "y"}) == "math"
     assert audit_reward.infer_kind("m:f", "m:f", {"prompt": "x"}) is None
+
+
+def test_code_execution_passes_the_shipped_code_suite_and_a_naive_judge_does_not(capsys, tmp_path, monkeypatch):
+    # The real suite (gspo_recipes.rewards.code.audit_cases) against the real judge: no hack paid, the reference paid.
+    code, out = audit(capsys, "code_execution", "--data", "builtin:mbpp-generated", "--max-rows", "3")
+    table = shares(out)
+    assert code == 0, out
+    assert {"exit_trick", "patched_eq", "honest_wrong"} <= set(table), out
+    assert all(credited == "0.0%" for family, (credited, _) in table.items() if "must pay" not in family), out
+    assert table["reference_solution (must pay)"][1] == "0.0%", out
+    # A judge that counts "the script exited 0" as a pass: the suite must catch it.
+    (tmp_path / "naive_judge.py").write_text(
+        "import subprocess, sys\n"
+        "from gspo_recipes.rewards import extract_code\n"
+        "def exit_code_judge(completions, test_list, **kw):\n"
+        "    scores = []\n"
+        "    for completion, tests in zip(completions, test_list):\n"
+        "        script = (extract_code(completion) or '') + '\\n' + '\\n'.join(tests)\n"
+        "        run = subprocess.run([sys.executable, '-c', script], capture_output=True, timeout=10)\n"
+        "        scores.append(float(run.returncode == 0))\n"
+        "    return scores\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code, out = audit(capsys, "naive_judge:exit_code_judge", "--data", "builtin:mbpp-generated", "--max-rows", "3")
+    assert code == 1 and shares(out)["exit_trick"][0] == "100.0%", out
