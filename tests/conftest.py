@@ -27,6 +27,18 @@ def tiny():
     return build_tiny_model_and_tokenizer()
 
 
+def tiny_moe_model_and_tokenizer():
+    """A two-layer Qwen3-MoE model and the character tokenizer, set up for generation."""
+    from gspo_recipes.moe import build_tiny_moe
+    from gspo_recipes.tiny import build_tokenizer
+
+    tokenizer = build_tokenizer()
+    model = build_tiny_moe("qwen3_moe", vocab_size=len(tokenizer))
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    return model, tokenizer
+
+
 @pytest.fixture
 def prompt_dataset():
     from datasets import Dataset

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import launch_two_cpu_processes, tiny_config
+from conftest import launch_two_cpu_processes, tiny_config, tiny_moe_model_and_tokenizer
 
 from gspo_recipes import GSPOConfig, GSPOTrainer
 from gspo_recipes.dynamic_sampling import RefillStream, merge_rows
@@ -225,17 +225,6 @@ def test_two_processes_keep_equal_group_counts_and_finish(tmp_path):
     assert all(ranks[r]["trained_kinds"] == ["live"] for r in (0, 1))
 
 
-def moe_model_and_tokenizer():
-    from gspo_recipes.moe import build_tiny_moe
-    from gspo_recipes.tiny import build_tokenizer
-
-    tokenizer = build_tokenizer()
-    model = build_tiny_moe("qwen3_moe", vocab_size=len(tokenizer))
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    return model, tokenizer
-
-
 @pytest.mark.parametrize("feature", ["sampler_logps", "beta_and_diagnostics", "peft", "moe_replay"])
 def test_dynamic_sampling_with_the_other_features(tmp_path, tiny, feature):
     overrides, model_and_tokenizer, peft_config = {}, tiny, None
@@ -248,7 +237,8 @@ def test_dynamic_sampling_with_the_other_features(tmp_path, tiny, feature):
 
         peft_config = LoraConfig(r=4, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
     else:
-        overrides, model_and_tokenizer = {"routing_replay": True, "gspo_diagnostics": True}, moe_model_and_tokenizer()
+        overrides = {"routing_replay": True, "gspo_diagnostics": True}
+        model_and_tokenizer = tiny_moe_model_and_tokenizer()
     model, tokenizer = model_and_tokenizer
     if feature == "beta_and_diagnostics":  # TRL loads the reference model by name: give it one on disk
         model.save_pretrained(tmp_path / "model")

@@ -41,6 +41,19 @@ def test_cispo_with_gspos_clip_range_is_refused_naming_the_cap(tmp_path):
         GSPOConfig(output_dir=str(tmp_path), loss_type="cispo", allow_length_weighted_loss=True, report_to="none")
 
 
+def train_with_clip_callback(cfg, model, tokenizer, prompt_dataset):
+    """Train with a clip callback that judges every step; return the trainer and the health warnings it gave."""
+    trainer = GSPOTrainer(
+        model=model, reward_funcs=digit_count_reward, args=cfg, train_dataset=prompt_dataset, processing_class=tokenizer
+    )
+    trainer.add_callback(ClipFractionByLengthCallback(trainer, quiet_steps=1, min_responses=1))
+    records = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(logging.getLogger("gspo_recipes.health"), "warning", lambda msg, *a: records.append(msg))
+        trainer.train()
+    return trainer, records
+
+
 @pytest.mark.parametrize(
     "settings,clip",
     [
@@ -65,14 +78,7 @@ def test_no_sequence_clip_statistics_or_warnings_without_the_sequence_clip(tmp_p
     (on a sequence-clip run the same callback warns, test_callbacks.py)."""
     model, tokenizer = tiny
     cfg = tiny_config(tmp_path, max_steps=4, gspo_diagnostics=False, **settings)
-    trainer = GSPOTrainer(
-        model=model, reward_funcs=digit_count_reward, args=cfg, train_dataset=prompt_dataset, processing_class=tokenizer
-    )
-    trainer.add_callback(ClipFractionByLengthCallback(trainer, quiet_steps=1, min_responses=1))
-    with pytest.MonkeyPatch.context() as patch:
-        records = []
-        patch.setattr(logging.getLogger("gspo_recipes.health"), "warning", lambda msg, *a: records.append(msg))
-        trainer.train()
+    trainer, records = train_with_clip_callback(cfg, model, tokenizer, prompt_dataset)
     assert records == []
     assert not any("gspo/clip_frac" in entry for entry in trainer.state.log_history)
 
@@ -80,13 +86,6 @@ def test_no_sequence_clip_statistics_or_warnings_without_the_sequence_clip(tmp_p
 def test_sequence_clip_run_still_gets_statistics_and_warnings(tmp_path, tiny, prompt_dataset):
     model, tokenizer = tiny
     cfg = tiny_config(tmp_path, max_steps=4, gspo_diagnostics=False, epsilon=0.5, epsilon_high=0.5)
-    trainer = GSPOTrainer(
-        model=model, reward_funcs=digit_count_reward, args=cfg, train_dataset=prompt_dataset, processing_class=tokenizer
-    )
-    trainer.add_callback(ClipFractionByLengthCallback(trainer, quiet_steps=1, min_responses=1))
-    with pytest.MonkeyPatch.context() as patch:
-        records = []
-        patch.setattr(logging.getLogger("gspo_recipes.health"), "warning", lambda msg, *a: records.append(msg))
-        trainer.train()
+    trainer, records = train_with_clip_callback(cfg, model, tokenizer, prompt_dataset)
     assert any("nothing clipped" in message for message in records)
     assert any("gspo/clip_frac" in entry for entry in trainer.state.log_history)

@@ -4,7 +4,13 @@ import json
 
 import pytest
 import torch
-from conftest import digit_count_reward, launch_two_cpu_processes, plain_grpo_config, tiny_config
+from conftest import (
+    digit_count_reward,
+    launch_two_cpu_processes,
+    plain_grpo_config,
+    tiny_config,
+    tiny_moe_model_and_tokenizer,
+)
 from trl import GRPOTrainer
 
 from gspo_recipes import GSPOConfig, GSPOTrainer, _trl
@@ -15,11 +21,7 @@ from gspo_recipes.tiny import build_tokenizer
 
 @pytest.fixture
 def tiny_moe():
-    tokenizer = build_tokenizer()
-    model = build_tiny_moe("qwen3_moe", vocab_size=len(tokenizer))
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    return model, tokenizer
+    return tiny_moe_model_and_tokenizer()
 
 
 def moe_trainer(tmp_path, tiny_moe, dataset, **overrides):
