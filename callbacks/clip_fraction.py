@@ -25,6 +25,7 @@ from gspo_recipes._trl import add_to_trainer_logs, applied_clip, attach_response
 from gspo_recipes.health import HealthWarnings
 from gspo_recipes.response_stats import bucket_label, checkpoint_folder, window_ends
 from gspo_recipes.response_stats import length_buckets as make_length_buckets
+from gspo_recipes.run_warnings import record_warning
 
 
 class ClipFractionByLengthCallback(TrainerCallback):
@@ -47,6 +48,7 @@ class ClipFractionByLengthCallback(TrainerCallback):
         self.buckets = make_length_buckets(trainer.args.max_completion_length, length_buckets)
         self.warnings = HealthWarnings(quiet_steps, min_responses)
         self.warnings.emit = trainer.accelerator.is_main_process  # windows are gathered: judged alike everywhere
+        self.warnings.on_warning = lambda kind, message: record_warning(trainer, kind, message)  # for gspo report
         self.clip_ranges: set[tuple[float, float]] = set()  # the clip ranges the current window's steps trained with
 
     def describes_the_loss(self) -> bool:

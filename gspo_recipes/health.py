@@ -25,12 +25,15 @@ class HealthWarnings:
         self.history: list[dict] = []  # every warning given: {"kind", "message"}
         self.clip_range: tuple[float, float] | None = None  # (epsilon_low, epsilon_high) of the windows judged
         self.emit = True  # False on all but the main process: each judges the same gathered window, one shows it
+        self.on_warning = None  # called as on_warning(kind, message) when a warning fires (run_warnings.py)
 
     def _set(self, kind: str, condition: bool, message: str) -> None:
         if condition and kind not in self.active:
             if self.emit:
                 logger.warning(message)
             self.history.append({"kind": kind, "message": message})
+            if self.on_warning is not None:
+                self.on_warning(kind, message)
         self.active = (self.active | {kind}) if condition else (self.active - {kind})
 
     def check_setup(self, on_policy: bool) -> None:
