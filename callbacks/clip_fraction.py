@@ -7,10 +7,11 @@ Drop-in for any TRL `GRPOTrainer` with `importance_sampling_level="sequence"`:
 
 Logged at every logging step, over the responses seen since the previous one and gathered from all processes:
 `gspo/clip_frac`, `gspo/clip_frac_low`, `gspo/clip_frac_high`; the same under `/len_{lo}-{hi}` per length bucket;
-`gspo/clip_frac/minibatch_{k}` (k = 1 is the on-policy minibatch). High: s_i > 1 + epsilon_high with A > 0.
-Low: s_i < 1 - epsilon_low with A < 0. The health warnings judge nothing while `GSPOTrainer` calibrates the clip
-range (`epsilon_calibration_steps`), nor over a window or across windows in which the range changed. Copy this file
-into your project freely; it needs gspo-recipes installed.
+`gspo/clip_frac/minibatch_{k}` (k = 1 is the on-policy minibatch); `gspo/clip_frac/one_token`, the share of the
+clipped off-policy responses that one token clips (`gspo_recipes.loss.one_token_clips`), overall and per length
+bucket. High: s_i > 1 + epsilon_high with A > 0. Low: s_i < 1 - epsilon_low with A < 0. The health warnings judge
+nothing while `GSPOTrainer` calibrates the clip range (`epsilon_calibration_steps`), nor over a window or across
+windows in which the range changed. Copy this file into your project freely; it needs gspo-recipes installed.
 
 Only the sequence clip is described: when the trainer's loss applies another (token-level ratios: TRL logs its own
 `clip_ratio/*`) or none (SAPO, VESPO, CISPO's cap), the callback logs nothing and gives no health warning.
@@ -23,7 +24,7 @@ from transformers import TrainerCallback
 
 from gspo_recipes._trl import add_to_trainer_logs, applied_clip, attach_response_stats, has_off_policy_minibatches
 from gspo_recipes.health import HealthWarnings
-from gspo_recipes.response_stats import bucket_label, checkpoint_folder, window_ends
+from gspo_recipes.response_stats import bucket_label, checkpoint_folder, off_policy_responses, window_ends
 from gspo_recipes.response_stats import length_buckets as make_length_buckets
 from gspo_recipes.run_warnings import record_warning
 
@@ -76,6 +77,8 @@ class ClipFractionByLengthCallback(TrainerCallback):
         if window["log_s"].numel() == 0 or not self.describes_the_loss():
             return
         add_to_trainer_logs(self.trainer, clip_fractions(window, self.buckets))
+        off_policy = off_policy_responses(window, not has_off_policy_minibatches(self.trainer.args))
+        add_to_trainer_logs(self.trainer, one_token_fractions(window, self.buckets, off_policy))
         # Judge nothing across a change of range, nor while calibrating.
         if len(ranges) > 1 or calibrating(self.trainer):
             self.warnings.restart()
@@ -112,4 +115,20 @@ def clip_fractions(window: dict[str, torch.Tensor], buckets: list[tuple[int, int
         of_k = window["minibatch"] == k
         clipped = window["clipped_low"][of_k] + window["clipped_high"][of_k]
         metrics[f"gspo/clip_frac/minibatch_{k}"] = clipped.mean().item()
+    return metrics
+
+
+def one_token_fractions(
+    window: dict[str, torch.Tensor], buckets: list[tuple[int, int]], selected: torch.Tensor
+) -> dict[str, float]:
+    """The share of the clipped `selected` (off-policy) responses that are one-token clips, overall and per length
+    bucket; a bucket (or window) with no clipped response has no share and logs none."""
+    clipped = selected & ((window["clipped_low"] + window["clipped_high"]) > 0)
+    metrics = {}
+    for suffix, in_bucket in [("", torch.ones_like(clipped))] + [
+        ("/" + bucket_label(lo, hi), (window["length"] >= lo) & (window["length"] <= hi)) for lo, hi in buckets
+    ]:
+        counted = clipped & in_bucket
+        if counted.any():
+            metrics[f"gspo/clip_frac/one_token{suffix}"] = window["one_token"][counted].mean().item()
     return metrics

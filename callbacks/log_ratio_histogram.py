@@ -128,7 +128,8 @@ def histogram(values: torch.Tensor, bins: int) -> tuple[list[int], list[float]]:
 
 
 def diagnostics_line(step, window, selected, counts, edges, buckets, trainer) -> dict:
-    """One JSON line: the histogram, per-bucket and per-minibatch clip counts, and the off-policy log s_i."""
+    """One JSON line: the histogram, per-bucket and per-minibatch clip counts (with the one-token clips among them),
+    and the off-policy log s_i."""
     per_bucket = []
     for lo, hi in buckets:
         in_bucket = (window["length"] >= lo) & (window["length"] <= hi)
@@ -140,6 +141,7 @@ def diagnostics_line(step, window, selected, counts, edges, buckets, trainer) ->
                 "responses": int(in_bucket.sum()),
                 "clipped_low": int(window["clipped_low"][in_bucket].sum()),
                 "clipped_high": int(window["clipped_high"][in_bucket].sum()),
+                "one_token": int(window["one_token"][in_bucket].sum()),  # of the clipped ones (loss.one_token_clips)
                 "log_s_std": spread.std(correction=0).item() if spread.numel() else None,
             }
         )
@@ -166,6 +168,7 @@ def diagnostics_line(step, window, selected, counts, edges, buckets, trainer) ->
             "log_s": [float(f"{v:.4g}") for v in window["log_s"][later].tolist()],
             "advantage_sign": [int(v) for v in torch.sign(window["advantage"][later]).tolist()],
             "length": [int(v) for v in window["length"][later].tolist()],
+            "one_token": [int(v) for v in window["one_token"][later].tolist()],
         },
     }
 

@@ -261,9 +261,11 @@ def attach_response_stats(trainer):
 
     The recorder wraps this trainer instance's `_compute_loss` and `_get_per_token_logps_and_entropies`: it keeps the
     log-probabilities the loss computed and, after the loss, reads them with the batch's old log-probabilities, mask
-    and advantages. The loss value and its gradient are untouched.
+    and advantages. The loss value and its gradient are untouched. One-token clips are judged as in GSPOTrainer's loss
+    (`one_token_clips`, from the same token log-ratios); a GSPOConfig's `token_log_ratio_clip`, which TRL's loss does
+    not apply, is refused rather than ignored.
     """
-    from .loss import clipped_sides, response_advantage, sequence_log_ratio
+    from .loss import clipped_sides, one_token_clips, response_advantage, sequence_log_ratio
     from .response_stats import ResponseStats
 
     stats = getattr(trainer, "response_stats", None)
@@ -272,6 +274,12 @@ def attach_response_stats(trainer):
     stats = trainer.response_stats = ResponseStats()
     if getattr(trainer, "records_response_stats", False):  # GSPOTrainer's own loss records once this is set
         return stats
+    if getattr(trainer.args, "token_log_ratio_clip", None) is not None:
+        raise ValueError(
+            f"token_log_ratio_clip={trainer.args.token_log_ratio_clip} is set, but {type(trainer).__name__} computes "
+            "TRL's loss, which does not clamp token log-ratios. Train with gspo_recipes.GSPOTrainer, or set "
+            "token_log_ratio_clip=None."
+        )
     compute_loss = trainer._compute_loss
     get_logps = trainer._get_per_token_logps_and_entropies
     captured = {}
@@ -287,11 +295,12 @@ def attach_response_stats(trainer):
         logps = captured.pop("logps", None)
         if logps is not None and trainer.model.training:
             mask = loss_mask(inputs)
-            old = inputs.get("old_per_token_logps")
-            log_s = sequence_log_ratio(logps, logps if old is None else old, mask)
+            old = logps if inputs.get("old_per_token_logps") is None else inputs["old_per_token_logps"]
+            log_s = sequence_log_ratio(logps, old, mask)
             advantages = response_advantage(inputs["advantages"], mask)
             low, high = clipped_sides(log_s, advantages, trainer.epsilon_low, trainer.epsilon_high)
-            stats.record(log_s, mask.sum(-1), advantages, low, high, minibatch_index(trainer))
+            one_token = one_token_clips(logps - old, mask, low, high, trainer.epsilon_low, trainer.epsilon_high)
+            stats.record(log_s, mask.sum(-1), advantages, low, high, minibatch_index(trainer), one_token=one_token)
         return loss
 
     trainer._get_per_token_logps_and_entropies = get_logps_and_keep

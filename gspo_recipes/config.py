@@ -18,6 +18,7 @@ Parameters that differ from `GRPOConfig`'s defaults:
 
     epsilon_calibration_steps (`int`, defaults to `0`): calibrate the clip range during the first N optimizer steps.
     epsilon_target_clip (`float`, defaults to `0.1`): the fraction of responses to clip on each side.
+    token_log_ratio_clip (`float`, defaults to `None`): GMPO-style clamp of each token's log-ratio before the mean.
 
 > Diagnostics
 
@@ -137,6 +138,16 @@ class GSPOConfig(GRPOConfig):
         default=0.1,
         metadata={"help": "With epsilon_calibration_steps: the fraction of responses to clip on each side."},
     )
+    token_log_ratio_clip: float | None = field(
+        default=None,
+        metadata={
+            "help": "Clamp each token's log-ratio log pi_theta - log pi_old before the mean that gives log s_i, on the "
+            "side the advantage favours (GMPO's pessimistic clip: at +c for A > 0, at -c for A < 0); a clamped token "
+            "gets no gradient. Stops one token from clipping a whole response (gspo/clip_frac/one_token). None "
+            "(default) is plain GSPO. Needs GSPOTrainer's loss (importance_sampling_level='sequence', "
+            "loss_type='grpo')."
+        },
+    )
     gspo_diagnostics: bool = field(
         default=True,
         metadata={
@@ -227,6 +238,7 @@ class GSPOConfig(GRPOConfig):
             self.bf16 = False
         super().__post_init__()
         self._check_clip_range()
+        self._check_token_log_ratio_clip()
         self._check_loss_type()
         self._check_old_logps_source()
         self._check_routing_replay()
@@ -274,6 +286,18 @@ class GSPOConfig(GRPOConfig):
                 "log s_i on your first batches and choose the range from it (`gspo calibrate RUN_DIR`).",
                 self.epsilon,
                 self.epsilon_high,
+            )
+
+    def _check_token_log_ratio_clip(self) -> None:
+        clip = self.token_log_ratio_clip
+        if clip is not None and not 0 < clip < float("inf"):
+            raise ValueError(f"token_log_ratio_clip={clip} must be a positive number (a log-ratio, e.g. 0.2), or None.")
+        if clip is not None and (self.importance_sampling_level != "sequence" or self.loss_type != "grpo"):
+            raise ValueError(
+                f"token_log_ratio_clip={clip} works in GSPOTrainer's own loss only, and with importance_sampling_"
+                f"level='{self.importance_sampling_level}', loss_type='{self.loss_type}' the loss is TRL's, which has "
+                "no such clamp. Use importance_sampling_level='sequence' and loss_type='grpo', or "
+                "token_log_ratio_clip=None."
             )
 
     def _check_loss_type(self) -> None:

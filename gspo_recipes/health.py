@@ -20,6 +20,7 @@ class HealthWarnings:
         self.quiet_steps = quiet_steps
         self.min_responses = min_responses
         self.pending: torch.Tensor | None = None  # off-policy [positives, clipped high, negatives, clipped low]
+        self.pending_one_token: list[torch.Tensor] = []  # per window: (one-token flag, length) of clipped responses
         self.quiet_windows = 0
         self.active: set[str] = set()
         self.history: list[dict] = []  # every warning given: {"kind", "message"}
@@ -48,8 +49,9 @@ class HealthWarnings:
         """Forget what the clip judgements pooled so far (after a change of the clip range, or while it is being
         calibrated): responses clipped under one range say nothing about another."""
         self.pending = None
+        self.pending_one_token = []
         self.quiet_windows = 0
-        self.active -= {"never_clips", "wasted_rollouts", "one_sided"}
+        self.active -= {"never_clips", "wasted_rollouts", "one_sided", "one_token_clips"}
 
     def check_window(
         self, window: dict[str, torch.Tensor], args, clip_range: tuple[float, float] | None = None
@@ -74,6 +76,7 @@ class HealthWarnings:
             "minibatches: the trust region does nothing. Fix: narrow epsilon/epsilon_high, or take fewer, larger "
             "steps per rollout batch.",
         )
+        self._check_one_token_clips(window, later, args)
         # The shares are judged over at least `min_responses` responses per side, pooled across logging steps:
         # a handful of responses (logging every step of a small run) would make them flip back and forth.
         counts = torch.tensor(
@@ -105,4 +108,36 @@ class HealthWarnings:
             f"{high:.0%} of positive ones): log s_i is shifted one way, typically a systematic bias between the "
             "sampler's and the trainer's log-probabilities. Fix: recompute the old log-probabilities "
             "(old_logps_source='recompute') or compare both sources before trusting the clip.",
+        )
+
+    def _check_one_token_clips(self, window, later, args) -> None:
+        """Most clipped responses clipped by one token each (explainer: "a few tokens drive the ratio"), judged over
+        at least `min_responses` clipped off-policy responses pooled across windows. A window without the one_token
+        field (an old diagnostics file) is not judged."""
+        if "one_token" not in window:
+            return
+        clipped = later & ((window["clipped_low"] + window["clipped_high"]) > 0)
+        self.pending_one_token.append(torch.stack([window["one_token"][clipped], window["length"][clipped]]).double())
+        pooled = torch.cat(self.pending_one_token, dim=1)
+        if pooled.shape[1] < self.min_responses:
+            return
+        self.pending_one_token = []
+        one_token = pooled[0] > 0
+        share = one_token.double().mean().item()
+        if share <= 0.5:
+            self._set("one_token_clips", False, "")
+            return
+        eps_low, eps_high = self.clip_range or (getattr(args, "epsilon", args.epsilon_high), args.epsilon_high)
+        epsilon = min(eps_low, eps_high)
+        length = pooled[1][one_token].median().item()
+        current = getattr(args, "token_log_ratio_clip", None)
+        self._set(
+            "one_token_clips",
+            True,
+            f"GSPO health: {share:.0%} of the clipped off-policy responses ({int(one_token.sum())} of "
+            f"{pooled.shape[1]}) are one-token clips: with the token pushing in the clipped direction left out, log "
+            "s_i would be inside the clip range, so one token's log-ratio drops the whole response. Fix: "
+            f"token_log_ratio_clip={length * epsilon:.2g} (clamps each token's log-ratio before the mean, GMPO-style; "
+            f"median one-token-clipped length {length:.0f} x epsilon {epsilon:g}, so one token alone moves log s_i by "
+            "at most the clip range)" + (f"; it is {current} now, lower it." if current is not None else "."),
         )

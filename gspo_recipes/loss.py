@@ -59,6 +59,7 @@ def gspo_token_objective(
     eps_high: float = EPS_HIGH,
     max_log_ratio: float = MAX_LOG_RATIO,
     delta: float | None = None,
+    token_log_ratio_clip: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per-token clipped surrogate (to be maximised) in the GSPO-token form.
 
@@ -69,18 +70,74 @@ def gspo_token_objective(
         mask: (N, T) 1 on completion tokens, 0 on padding.
         delta: TRL's `delta` (INTELLECT-2): the unclipped ratio is capped at it, so a negative-advantage response with
             s_i > delta has no gradient. None (default) caps nothing.
+        token_log_ratio_clip: GMPO's per-token clamp c (`clamp_token_log_ratios`): before the mean, each token's
+            log-ratio is clamped to c (A > 0) or -c (A < 0), and a clamped token gets no gradient. None (default) is
+            plain GSPO, computed exactly as without the argument.
 
     Returns:
         surrogate (N, T), log s_i (N,, detached and unclamped) and the per-token ratio value s_it (N, T, detached).
+        With `token_log_ratio_clip`, log s_i is the mean of the clamped token log-ratios: the ratio the clip judges.
     """
-    log_s = sequence_log_ratio(logp.detach(), logp_old, mask)
-    # Value: the (clamped) sequence ratio. Gradient: that of each token's own log-probability.
-    log_s_token = log_s.clamp(-max_log_ratio, max_log_ratio).unsqueeze(-1) + logp - logp.detach()
+    if token_log_ratio_clip is None:
+        log_s = sequence_log_ratio(logp.detach(), logp_old, mask)
+        # Value: the (clamped) sequence ratio. Gradient: that of each token's own log-probability.
+        log_s_token = log_s.clamp(-max_log_ratio, max_log_ratio).unsqueeze(-1) + logp - logp.detach()
+    else:
+        log_ratio, active = clamp_token_log_ratios(
+            logp.detach() - logp_old, response_advantage(advantages.detach(), mask), token_log_ratio_clip
+        )
+        log_s = sequence_log_ratio(log_ratio, torch.zeros_like(log_ratio), mask)
+        own_gradient = (logp - logp.detach()) * active.to(logp.dtype)  # GMPO: no gradient where the clamp holds
+        log_s_token = log_s.clamp(-max_log_ratio, max_log_ratio).unsqueeze(-1) + own_gradient
     ratio = torch.exp(log_s_token)
     adv = advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages
     unclipped = ratio if delta is None else torch.clamp(ratio, max=delta)
     surrogate = torch.minimum(unclipped * adv, torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high) * adv)
     return surrogate, log_s, ratio.detach()
+
+
+def clamp_token_log_ratios(
+    log_ratio: torch.Tensor, response_adv: torch.Tensor, clip: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GMPO's pessimistic per-token clamp (Zhao et al. 2025, Algorithm 1) on log w_it = log pi_theta - log pi_old:
+    (clamped log-ratios, mask of the tokens left as they were), both (N, T).
+
+    Only the side that would raise the objective is clamped, as PPO's min does: with A > 0 a token's log-ratio is
+    capped at +clip, with A <= 0 (GMPO's sign rule) floored at -clip. A token that moved against its response's
+    advantage keeps its value, so the clamp never makes a response look better than it is. The sign is the response's
+    (the mean over its tokens for per-token advantages), so that each response keeps one ratio and one clip decision.
+    """
+    positive = (response_adv > 0).unsqueeze(-1)
+    clamped = torch.where(positive, log_ratio.clamp(max=clip), log_ratio.clamp(min=-clip))
+    return clamped, clamped == log_ratio
+
+
+def one_token_clips(
+    log_ratio: torch.Tensor,
+    mask: torch.Tensor,
+    clipped_low: torch.Tensor,
+    clipped_high: torch.Tensor,
+    eps_low: float,
+    eps_high: float,
+) -> torch.Tensor:
+    """Which clipped responses are clipped because of one token, shape (N,) bool.
+
+    A response clipped high (low) is a one-token clip when, with its largest (smallest) token log-ratio left out, the
+    mean of the others is no longer above 1 + eps_high (below 1 - eps_low): the token pushing in the clipped direction
+    alone takes log s_i out of the range. Not the largest |log-ratio|, which may push the other way, and is not the
+    token GMPO's pessimistic clamp caps. A one-token response has nothing left to compare and never counts.
+    `log_ratio` is what the loss averaged (the clamped values when `token_log_ratio_clip` is on). O(N T), no gradient.
+    """
+    log_ratio = log_ratio.detach().float()
+    mask = mask.bool()
+    lengths = mask.sum(-1)
+    total = (log_ratio * mask).sum(-1)
+    largest = log_ratio.masked_fill(~mask, float("-inf")).amax(-1)
+    smallest = log_ratio.masked_fill(~mask, float("inf")).amin(-1)
+    rest = (lengths - 1).clamp(min=1).to(total.dtype)
+    _, rest_above = outside_clip_range((total - largest.clamp(min=-1e30)) / rest, eps_low, eps_high)
+    rest_below, _ = outside_clip_range((total - smallest.clamp(max=1e30)) / rest, eps_low, eps_high)
+    return ((clipped_high & ~rest_above) | (clipped_low & ~rest_below)) & (lengths >= 2)
 
 
 def outside_clip_range(log_s: torch.Tensor, eps_low: float, eps_high: float) -> tuple[torch.Tensor, torch.Tensor]:

@@ -14,7 +14,7 @@ import os
 import torch
 
 # Statistics per response, each a 1-D tensor of the same length.
-FIELDS = ("log_s", "length", "advantage", "clipped_low", "clipped_high", "minibatch")
+FIELDS = ("log_s", "length", "advantage", "clipped_low", "clipped_high", "minibatch", "one_token")
 
 
 STATE_FILE = "gspo_response_stats.json"  # in a checkpoint folder: the responses of the window still open there
@@ -45,8 +45,9 @@ class ResponseStats:
         self._saved_step: int | None = None  # callbacks sharing these stats save and restore them once
         self._restored = False
 
-    def record(self, log_s, lengths, advantages, clipped_low, clipped_high, minibatch: int) -> None:
-        """Add one micro-batch of responses; responses with no completion tokens are left out."""
+    def record(self, log_s, lengths, advantages, clipped_low, clipped_high, minibatch: int, one_token=None) -> None:
+        """Add one micro-batch of responses; responses with no completion tokens are left out. `one_token`: which
+        clipped responses are one-token clips (`loss.one_token_clips`); None records none."""
         lengths = lengths.detach().reshape(-1)
         kept = lengths > 0
         chunk = {
@@ -56,6 +57,9 @@ class ResponseStats:
             "clipped_low": clipped_low.detach().float().reshape(-1),
             "clipped_high": clipped_high.detach().float().reshape(-1),
         }
+        if one_token is None:
+            one_token = torch.zeros_like(chunk["log_s"])
+        chunk["one_token"] = one_token.detach().float().reshape(-1)
         chunk = {name: value[kept].cpu() for name, value in chunk.items()}
         chunk["minibatch"] = torch.full_like(chunk["log_s"], float(minibatch))
         self._chunks.append(chunk)
@@ -101,7 +105,9 @@ class ResponseStats:
         if is_main_process:
             with open(path) as f:
                 saved = json.load(f)
-            chunk = {name: torch.tensor(saved[name], dtype=torch.float32) for name in FIELDS}
+            # A checkpoint from before a field existed (one_token) restores it as zeros.
+            empty = [0.0] * len(saved["log_s"])
+            chunk = {name: torch.tensor(saved.get(name, empty), dtype=torch.float32) for name in FIELDS}
             if chunk["log_s"].numel():
                 self._chunks.insert(0, chunk)
         return True

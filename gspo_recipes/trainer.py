@@ -29,9 +29,11 @@ from .group_health import GroupHealth
 from .grpo_conversion import from_grpo_config
 from .loss import (
     MAX_LOG_RATIO,
+    clamp_token_log_ratios,
     clipped_sides,
     gspo_token_objective,
     mean_over_responses,
+    one_token_clips,
     response_advantage,
     sequence_log_ratio,
 )
@@ -127,6 +129,11 @@ class GSPOTrainer(GRPOTrainer):
                 "GSPOTrainer hands the loss to TRL's GRPOTrainer because of %s: the ratio is still sequence-level, but "
                 "GSPO-token (per-token advantages) and the log-ratio clamp are off.",
                 ", ".join(self._handed_to_trl),
+            )
+        if getattr(args, "token_log_ratio_clip", None) is not None:  # GSPOConfig refuses it first; belt and braces
+            raise ValueError(
+                "token_log_ratio_clip clamps token log-ratios in GSPOTrainer's own loss, which is off because of "
+                f"{', '.join(self._handed_to_trl)}. Remove those settings or set token_log_ratio_clip=None."
             )
         if args.epsilon_calibration_steps:
             raise ValueError(
@@ -231,6 +238,7 @@ class GSPOTrainer(GRPOTrainer):
             self.epsilon_low,
             self.epsilon_high,
             delta=self.args.delta,
+            token_log_ratio_clip=self.args.token_log_ratio_clip,
         )
         off_policy_mask, entropy_mask = policy_masks(
             self, inputs, per_token_logps, old_per_token_logps, entropies, advantages, mask
@@ -269,7 +277,13 @@ class GSPOTrainer(GRPOTrainer):
         for name, value in shares.items():
             metrics[name].append(value)
         if mode == "train":
-            self._record_responses(log_s, lengths, response_adv, low, high)
+            one_token = None
+            if self.response_stats is not None:  # O(B T) on detached values, only while a callback consumes them
+                log_ratio = per_token_logps.detach() - old_per_token_logps
+                if self.args.token_log_ratio_clip is not None:  # judged on what the loss averaged
+                    log_ratio = clamp_token_log_ratios(log_ratio, response_adv, self.args.token_log_ratio_clip)[0]
+                one_token = one_token_clips(log_ratio, mask, low, high, self.epsilon_low, self.epsilon_high)
+            self._record_responses(log_s, lengths, response_adv, low, high, one_token)
         return loss
 
     def _global_mean(self, values: torch.Tensor, weights: torch.Tensor) -> float:
@@ -288,10 +302,10 @@ class GSPOTrainer(GRPOTrainer):
             per_token_kl = per_token_kl * torch.exp(log_s.clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)).unsqueeze(-1)
         return per_token_kl
 
-    def _record_responses(self, log_s, lengths, response_adv, low, high) -> None:
+    def _record_responses(self, log_s, lengths, response_adv, low, high, one_token=None) -> None:
         minibatch = _trl.minibatch_index(self)
         if self.response_stats is not None:
-            self.response_stats.record(log_s, lengths, response_adv, low, high, minibatch)
+            self.response_stats.record(log_s, lengths, response_adv, low, high, minibatch, one_token=one_token)
         if self.calibration is not None and not self.calibration.done and minibatch > 1:
             self.calibration.collect(log_s, response_adv, lengths > 0)
 

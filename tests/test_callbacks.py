@@ -15,7 +15,7 @@ from trl import GRPOTrainer
 
 from gspo_recipes import GSPOTrainer
 from gspo_recipes.callbacks import ClipFractionByLengthCallback, HealthWarnings, LogRatioHistogramCallback
-from gspo_recipes.callbacks.clip_fraction import clip_fractions
+from gspo_recipes.callbacks.clip_fraction import clip_fractions, one_token_fractions
 from gspo_recipes.callbacks.log_ratio_histogram import histogram, log_s_summary
 from gspo_recipes.response_stats import ResponseStats, length_buckets
 
@@ -319,8 +319,10 @@ def test_two_processes_log_what_one_process_computes_over_the_same_responses(tmp
     selected = window["minibatch"] > 1
     expected = {
         **clip_fractions(window, buckets),
+        **one_token_fractions(window, buckets, selected),
         **log_s_summary(window["log_s"][selected], window, selected, buckets),
     }
+    assert window["one_token"].sum() > 0 and "gspo/clip_frac/one_token" in expected  # the field is gathered too
     assert result["responses"] == 9
     assert result["metrics"].keys() == expected.keys()
     for name, value in expected.items():

@@ -13,6 +13,7 @@ def responses_of_rank(rank: int) -> list[dict]:
     low = (log_s < -3e-4) & (advantages < 0)
     high = (log_s > 4e-4) & (advantages > 0)
     half = n // 2
+    one_token = (low | high) & (lengths > 4)  # some clipped responses marked one-token clips
     return [
         dict(
             log_s=log_s[:half] * 0,
@@ -21,6 +22,7 @@ def responses_of_rank(rank: int) -> list[dict]:
             clipped_low=low[:half] & False,
             clipped_high=high[:half] & False,
             minibatch=1,
+            one_token=one_token[:half] & False,
         ),
         dict(
             log_s=log_s[half:],
@@ -29,5 +31,6 @@ def responses_of_rank(rank: int) -> list[dict]:
             clipped_low=low[half:],
             clipped_high=high[half:],
             minibatch=2,
+            one_token=one_token[half:],
         ),
     ]

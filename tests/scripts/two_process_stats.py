@@ -8,7 +8,7 @@ import torch
 from accelerate import Accelerator
 from crafted_responses import responses_of_rank
 
-from gspo_recipes.callbacks.clip_fraction import clip_fractions
+from gspo_recipes.callbacks.clip_fraction import clip_fractions, one_token_fractions
 from gspo_recipes.callbacks.log_ratio_histogram import log_s_summary
 from gspo_recipes.response_stats import ResponseStats, length_buckets
 
@@ -19,7 +19,11 @@ for chunk in responses_of_rank(accelerator.process_index):
 window = stats.window(step=1, accelerator=accelerator)
 buckets = length_buckets(64)
 selected = window["minibatch"] > 1
-metrics = {**clip_fractions(window, buckets), **log_s_summary(window["log_s"][selected], window, selected, buckets)}
+metrics = {
+    **clip_fractions(window, buckets),
+    **one_token_fractions(window, buckets, selected),
+    **log_s_summary(window["log_s"][selected], window, selected, buckets),
+}
 if accelerator.is_main_process:
     with open(sys.argv[1], "w") as f:
         json.dump({"metrics": metrics, "responses": int(window["log_s"].numel())}, f)
