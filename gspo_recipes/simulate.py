@@ -163,6 +163,12 @@ def run(args: argparse.Namespace) -> int:
     token_range, sequence_range = tuple(args.token_range), tuple(args.sequence_range)
     rows = simulate(args.sigma, args.lengths, args.count, token_range, sequence_range, args.seed)
     print(format_table(rows, args.sigma, args.count, token_range, sequence_range))
+    if args.outlier_shift:  # one-token clips, with and without the clamp (gspo_recipes/simulate_outliers.py)
+        from .simulate_outliers import format_outlier_table, simulate_outliers
+
+        outliers = simulate_outliers(args.sigma, args.lengths, args.count, sequence_range, args.outlier_shift,
+                                     args.outlier_rate, args.token_log_ratio_clip, args.seed)  # fmt: skip
+        print(format_outlier_table(outliers, args.outlier_shift, args.outlier_rate, args.token_log_ratio_clip))
     if args.plot:
         plot(rows, args.sigma, args.sequence_range, args.plot)
         print(f"figure written to {args.plot}")
@@ -196,6 +202,21 @@ def register(subparsers) -> argparse.ArgumentParser:
         help="sequence-level clip range for s_i (GSPO's)",
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--outlier-shift",
+        type=float,
+        default=0.0,
+        help="add outlier tokens whose log-ratio is raised by this much (4.6: probability 0.001 -> 0.1) and show the "
+        "clip fraction and the share of one-token clips per length; 0 shows no outlier table",
+    )
+    parser.add_argument("--outlier-rate", type=float, default=0.01, help="probability of an outlier, per token")
+    parser.add_argument(
+        "--token-log-ratio-clip",
+        type=float,
+        default=None,
+        metavar="C",
+        help="with --outlier-shift: also show the figures with GSPOConfig.token_log_ratio_clip = C",
+    )
     parser.add_argument("--plot", metavar="PATH", help="also write a figure (PNG) here; needs matplotlib")
     parser.set_defaults(func=run)
     return parser

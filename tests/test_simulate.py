@@ -88,3 +88,34 @@ def test_console_script_dispatches_to_simulate(capsys):
 
     assert main(["simulate", "--count", "300", "--lengths", "32"]) == 0
     assert "sigma/sqrt(L)" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------ outlier tokens and token_log_ratio_clip
+
+
+def test_outlier_tokens_make_one_token_clips_and_the_clamp_removes_them():
+    from gspo_recipes.simulate_outliers import simulate_outliers
+
+    common = dict(sigma=0.002, lengths=[64, 256], count=2000, sequence_range=(3e-4, 4e-4), seed=0)
+    clean = simulate_outliers(outlier_shift=4.6, outlier_rate=0.0, **common)
+    rows = simulate_outliers(outlier_shift=4.6, outlier_rate=0.01, token_clip=0.005, **common)
+    for before, row in zip(clean, rows):
+        # The outliers add clips, most of them by one token at 64 tokens; without outliers few are.
+        assert row.clip_frac > before.clip_frac + 0.05 and row.one_token_frac > 2 * before.one_token_frac
+        # The clamp cuts the clips the outliers drive: fewer responses clipped, far fewer by one token.
+        assert row.clip_frac_clamped < row.clip_frac / 3
+        assert row.one_token_frac_clamped < row.one_token_frac / 4
+    assert rows[0].one_token_share > 0.5
+
+
+def test_cli_prints_the_outlier_table_with_and_without_the_clamp(capsys):
+    from gspo_recipes.cli import main
+
+    argv = ["simulate", "--sigma", "0.002", "--count", "400", "--lengths", "64", "--outlier-shift", "4.6"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "one-token (clamp)" in out and "no --token-log-ratio-clip" in out
+    assert main(argv + ["--token-log-ratio-clip", "0.005"]) == 0
+    row = capsys.readouterr().out.strip().splitlines()[-1].split()
+    assert row[0] == "64" and all(cell.endswith("%") for cell in row[1:3])  # with the clamp's columns filled
+    assert row[3].endswith("%")
