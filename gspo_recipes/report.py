@@ -27,6 +27,7 @@ import numpy as np
 from .diagnostics_file import DIAGNOSTICS_FILE, read_diagnostics
 from .report_figures import plot_clip_fractions, plot_heatmap, plot_reward, plot_spread
 from .report_groups import GROUPS_FIGURE, groups_summary, plot_groups
+from .report_one_token import ONE_TOKEN_FIGURE, one_token_summary, plot_one_token
 from .report_routing import ROUTING_FIGURE, plot_routing, routing_summary
 
 STATE_FILE = "trainer_state.json"
@@ -205,8 +206,12 @@ def health_warnings(
                 "clipped_high": clipped_high.double(),
                 "minibatch": torch.full_like(log_s, 2.0),
             }
+            if "one_token" in off:  # files from before the field: the one-token check is not replayed
+                window["one_token"] = torch.tensor(off["one_token"], dtype=torch.float64)
             args = SimpleNamespace(
-                epsilon_high=line["epsilon_high"], learning_rate=learning_rates.get(line["step"], "unknown")
+                epsilon=line["epsilon_low"],
+                epsilon_high=line["epsilon_high"],
+                learning_rate=learning_rates.get(line["step"], "unknown"),
             )
             before = len(health.history)
             health.check_window(window, args)
@@ -320,13 +325,15 @@ def report(run_dir: str, bins: int = 60, quiet_steps: int = 20) -> int:
             figures.append(os.path.join(run_dir, ROUTING_FIGURE))
         if plot_groups(lines, os.path.join(run_dir, GROUPS_FIGURE)):  # gspo/groups/* (GSPOTrainer runs)
             figures.append(os.path.join(run_dir, GROUPS_FIGURE))
+        if plot_one_token(lines, os.path.join(run_dir, ONE_TOKEN_FIGURE)):  # files with one-token counts
+            figures.append(os.path.join(run_dir, ONE_TOKEN_FIGURE))
     if not state:
         notes.append(
             f"reward figure skipped: no {STATE_FILE} in {run_dir} or its checkpoint-* folders (the "
             "Trainer writes it with each checkpoint, or call trainer.save_state()); the health warnings "
             "show the learning rate as unknown"
         )
-    notes = routing_summary(lines) + groups_summary(lines) + notes
+    notes = routing_summary(lines) + groups_summary(lines) + one_token_summary(lines) + notes
     summary = summarize(run_dir, lines, warnings, spread, figures, notes)
     summary_path = os.path.join(run_dir, SUMMARY_FILE)
     with open(summary_path, "w") as f:

@@ -205,3 +205,43 @@ def test_groups_figure_and_summary_match_the_logged_metrics(tiny_run):
     assert series["step"] == sorted(logged) == [1, 5]  # one generation batch every four steps
     assert series["effective_frac"] == pytest.approx([logged[s] for s in series["step"]])
     assert "groups (signal reward, 16 groups in 2 generation batches)" in (tiny_run / rep.SUMMARY_FILE).read_text()
+
+
+# ------------------------------------------------------------------------------------------------ one-token clips
+
+
+def with_one_token(line, one_token):
+    """The line as written since one-token clips are recorded: per-response flags, per-bucket counts."""
+    lengths = np.array(line["off_policy"]["length"])
+    flags = np.array(one_token)
+    line["off_policy"]["one_token"] = flags.tolist()
+    for bucket in line["buckets"]:
+        bucket["one_token"] = int(flags[(lengths >= bucket["lo"]) & (lengths <= bucket["hi"])].sum())
+    return line
+
+
+def test_one_token_share_is_drawn_listed_and_warned(tmp_path):
+    # Every positive response clipped high (log s = 1e-3); those of length 1-8 are one-token clips: 3 of 4.
+    signs, lengths = [1, -1] * 64, [4, 9, 5, 9, 12, 9, 6, 9] * 16
+    lines = []
+    for step in (1, 2):
+        line = crafted_line(step, [1e-3] * 128, signs, lengths)
+        lines.append(with_one_token(line, [int(s > 0 and n <= 8) for s, n in zip(signs, lengths)]))
+    run_dir = write_lines(tmp_path / "one_token", lines)
+    code = rep.report(str(run_dir))
+    summary = (run_dir / rep.SUMMARY_FILE).read_text()
+    assert "one-token clips: 75.0% of 128 clipped responses" in summary  # 64 per line, two lines
+    assert "1-8 100% of 96" in summary and "9-16 0% of 32" in summary
+    assert "[one_token_clips]: GSPO health: 75% of the clipped off-policy responses" in summary
+    if code == 0:
+        assert (run_dir / "gspo_one_token_clips.png").exists() and "gspo_one_token_clips.png" in summary
+
+
+def test_old_diagnostics_file_without_one_token_counts_still_reports(tmp_path):
+    lines = [crafted_line(step, [1e-3] * 8, [1, -1] * 4, [4, 12] * 4) for step in (1, 2)]
+    assert "one_token" not in lines[0]["off_policy"] and "one_token" not in lines[0]["buckets"][0]
+    run_dir = write_lines(tmp_path / "old", lines)
+    assert rep.report(str(run_dir)) in (0, 1)
+    summary = (run_dir / rep.SUMMARY_FILE).read_text()
+    assert "one-token clips: not recorded" in summary
+    assert not (run_dir / "gspo_one_token_clips.png").exists()

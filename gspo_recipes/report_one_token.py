@@ -1,0 +1,78 @@
+"""The one-token part of `gspo report`: the share of clipped responses that a single token clips
+(`gspo/clip_frac/one_token`, gspo_recipes/loss.py `one_token_clips`), over steps and per length bucket, from the
+`one_token` counts of the diagnostics file's `buckets` entries. Files written before those counts existed report
+without it. Pure functions over the parsed lines, plus one figure.
+"""
+
+from __future__ import annotations
+
+from .report_figures import pyplot, save
+
+ONE_TOKEN_FIGURE = "gspo_one_token_clips.png"
+
+
+def has_one_token_counts(line: dict) -> bool:
+    return any("one_token" in bucket for bucket in line.get("buckets", []))
+
+
+def one_token_series(lines: list[dict]) -> dict[str, dict[str, list]]:
+    """Per bucket label ("all" for every length): the steps with clipped responses and their one-token share."""
+    series: dict[str, dict[str, list]] = {}
+
+    def add(label, step, clipped, one_token):
+        if clipped:
+            entry = series.setdefault(label, {"steps": [], "share": []})
+            entry["steps"].append(step)
+            entry["share"].append(one_token / clipped)
+
+    for line in lines:
+        if not has_one_token_counts(line):
+            continue
+        buckets = line["buckets"]
+        clipped = [b["clipped_low"] + b["clipped_high"] for b in buckets]
+        add("all", line["step"], sum(clipped), sum(b["one_token"] for b in buckets))
+        for bucket, n in zip(buckets, clipped):
+            add(f"{bucket['lo']}-{bucket['hi']}", line["step"], n, bucket["one_token"])
+    return series
+
+
+def one_token_summary(lines: list[dict]) -> list[str]:
+    """The line for gspo_report.txt: the pooled one-token share, overall and per length bucket."""
+    recorded = [line for line in lines if has_one_token_counts(line)]
+    if not recorded:
+        return ["one-token clips: not recorded (a diagnostics file from before gspo/clip_frac/one_token)"]
+    totals: dict[str, list[int]] = {}
+    for line in recorded:
+        for b in line["buckets"]:
+            entry = totals.setdefault(f"{b['lo']}-{b['hi']}", [0, 0])
+            entry[0] += b["clipped_low"] + b["clipped_high"]
+            entry[1] += b["one_token"]
+    clipped = sum(t[0] for t in totals.values())
+    if not clipped:
+        return ["one-token clips: no clipped responses"]
+    one_token = sum(t[1] for t in totals.values())
+    per_length = ", ".join(f"{label} {t[1] / t[0]:.0%} of {t[0]}" for label, t in totals.items() if t[0])
+    return [
+        f"one-token clips: {one_token / clipped:.1%} of {clipped} clipped responses are clipped by a single token "
+        f"(by length: {per_length}); above half, see token_log_ratio_clip"
+    ]
+
+
+def plot_one_token(lines: list[dict], path: str) -> bool:
+    """The share over steps, for all lengths and per bucket; False (no figure) when no line has the counts."""
+    series = one_token_series(lines)
+    if not series:
+        return False
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for label, entry in series.items():
+        if label == "all":
+            ax.plot(entry["steps"], entry["share"], "k--", lw=1.5, label="all lengths")
+        else:
+            ax.plot(entry["steps"], entry["share"], "o-", ms=3, label=f"length {label}")
+    ax.axhline(0.5, color="grey", lw=0.8, label="warning threshold")
+    ax.set(xlabel="step", ylabel="share of clipped responses", ylim=(-0.02, 1.02),
+           title="clipped by one token (gspo/clip_frac/one_token)")  # fmt: skip
+    ax.legend(fontsize=8)
+    save(fig, plt, path)
+    return True
