@@ -128,8 +128,12 @@ def one_token_clips(
     token GMPO's pessimistic clamp caps. A one-token response has nothing left to compare and never counts.
     `log_ratio` is what the loss averaged (the clamped values when `token_log_ratio_clip` is on). O(N T), no gradient.
     """
-    log_ratio = log_ratio.detach().float()
-    mask = mask.bool()
+    one_token = torch.zeros_like(clipped_low, dtype=torch.bool)
+    rows = (clipped_low | clipped_high).nonzero().squeeze(-1)  # only the clipped responses are looked at
+    if rows.numel() == 0:
+        return one_token
+    log_ratio = log_ratio.detach()[rows].float()
+    mask = mask[rows].bool()
     lengths = mask.sum(-1)
     total = (log_ratio * mask).sum(-1)
     largest = log_ratio.masked_fill(~mask, float("-inf")).amax(-1)
@@ -137,7 +141,8 @@ def one_token_clips(
     rest = (lengths - 1).clamp(min=1).to(total.dtype)
     _, rest_above = outside_clip_range((total - largest.clamp(min=-1e30)) / rest, eps_low, eps_high)
     rest_below, _ = outside_clip_range((total - smallest.clamp(max=1e30)) / rest, eps_low, eps_high)
-    return ((clipped_high & ~rest_above) | (clipped_low & ~rest_below)) & (lengths >= 2)
+    one_token[rows] = ((clipped_high[rows] & ~rest_above) | (clipped_low[rows] & ~rest_below)) & (lengths >= 2)
+    return one_token
 
 
 def outside_clip_range(log_s: torch.Tensor, eps_low: float, eps_high: float) -> tuple[torch.Tensor, torch.Tensor]:
