@@ -20,6 +20,7 @@ from gspo_recipes.loss import (
     gspo_token_objective,
     mean_over_responses,
     one_token_clips,
+    response_advantage,
     sequence_log_ratio,
 )
 from gspo_recipes.response_stats import ResponseStats
@@ -120,11 +121,17 @@ def test_clamped_objective_value_and_gradient_equal_the_reference(per_token):
     assert_close_to_rounding(loss.detach(), ref.detach(), "loss")
     assert_close_to_rounding(grad, ref_grad, "gradient")
     # The case is not vacuous: tokens are clamped, and the clamp changes the loss.
-    _, active = clamp_token_log_ratios(logp.detach() - logp_old, advantages if not per_token else
-                                       advantages.mean(-1), clip)  # fmt: skip
+    response_adv = response_advantage(advantages, mask)  # the mean over each response's own tokens
+    _, active = clamp_token_log_ratios(logp.detach() - logp_old, response_adv, clip)
     assert (~active & mask.bool()).sum() >= 5
-    low, high = clipped_sides(log_s, advantages if not per_token else advantages.mean(-1), eps_low, eps_high)
+    low, high = clipped_sides(log_s, response_adv, eps_low, eps_high)
     assert 0 < (low | high).sum() < len(log_s)  # both branches of the sequence clip are exercised
+    # A clamped token gets no gradient; the unclamped tokens of an unclipped response do.
+    clamped_tokens = ~active & mask.bool()
+    assert torch.all(grad[clamped_tokens] == 0)
+    if not per_token:  # (per-token advantages clip token by token, each on the side of its own A_t)
+        kept = (~(low | high)).unsqueeze(-1) & active & mask.bool()
+        assert torch.all(grad[kept] != 0)
     plain = -mean_over_responses(gspo_token_objective(logp, logp_old, advantages, mask, eps_low, eps_high)[0], mask)
     assert abs(plain.item() - loss.item()) > 1e-3
 
