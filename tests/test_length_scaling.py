@@ -1,0 +1,141 @@
+"""The length-scaled clip range (`epsilon_length_scaling`): response i gets epsilon * sqrt(L_ref / L_i) on both sides.
+
+Off, everything is today's range bit for bit; on, the loss, the clip statistics and the files judge each response
+with its own range.
+"""
+
+import math
+
+import pytest
+import torch
+from conftest import assert_grads_close, tiny_config
+from test_trainer import crafted_batch, loss_and_grads, make_pair, with_old_logps
+
+from gspo_recipes.loss import clipped_sides, gspo_loss, gspo_token_objective, length_scaled_epsilons
+
+
+def test_scaled_epsilons_follow_the_inverse_sqrt_law():
+    lengths = torch.tensor([4, 16, 64, 0])
+    low, high = length_scaled_epsilons(3e-4, 4e-4, lengths, reference_length=16)
+    assert low.tolist() == pytest.approx([6e-4, 3e-4, 1.5e-4, 3e-4 * 4])  # an empty response counts as 1 token
+    assert high.tolist() == pytest.approx([8e-4, 4e-4, 2e-4, 4e-4 * 4])
+    assert length_scaled_epsilons(3e-4, 4e-4, lengths, None) == (3e-4, 4e-4)  # off: the floats themselves
+
+
+def random_batch(seed=0, n=6, t=9):
+    g = torch.Generator().manual_seed(seed)
+    logp = (-torch.rand(n, t, generator=g) * 3).requires_grad_()
+    logp_old = logp.detach() + 1e-2 * torch.randn(n, t, generator=g)
+    mask = torch.ones(n, t)
+    for row, length in enumerate([9, 2, 5, 9, 1, 7][:n]):
+        mask[row, length:] = 0
+    return logp, logp_old, torch.tensor([1.0, -1.0, 0.5, -0.5, 1.5, -1.5][:n]), mask
+
+
+def test_one_range_per_response_equal_to_the_float_range_is_bit_identical():
+    """A per-response tensor holding the float range everywhere gives the very same loss and gradient."""
+    results = []
+    for eps_low, eps_high in ((3e-4, 4e-4), (torch.full((6,), 3e-4), torch.full((6,), 4e-4))):
+        logp, logp_old, adv, mask = random_batch(seed=3)
+        loss, stats = gspo_loss(logp, logp_old, adv, mask, eps_low, eps_high)
+        loss.backward()
+        results.append((loss.detach(), logp.grad, stats["clipped_low"], stats["clipped_high"]))
+    (loss_a, grad_a, low_a, high_a), (loss_b, grad_b, low_b, high_b) = results
+    assert 0 < (low_a | high_a).sum() < 6, "the batch should clip some responses and not others"
+    assert torch.equal(loss_a, loss_b) and torch.equal(grad_a, grad_b)
+    assert torch.equal(low_a, low_b) and torch.equal(high_a, high_b)
+
+
+def test_the_same_drift_clips_the_long_response_and_spares_the_short_one():
+    """log s = 0.008 on a 4-token and on a 64-token response: a plain range of 0.005 clips both; scaled at
+    L_ref = 16 the short one gets 0.005 * 2 (kept) and the long one 0.005 / 2 (clipped)."""
+    logp_old = torch.zeros(2, 64, dtype=torch.float64)
+    logp = torch.full((2, 64), 0.008, dtype=torch.float64, requires_grad=True)
+    mask = torch.zeros(2, 64, dtype=torch.float64)
+    mask[0, :4] = 1
+    mask[1, :] = 1
+    adv = torch.tensor([1.0, 1.0], dtype=torch.float64)
+    log_s = torch.tensor([0.008, 0.008], dtype=torch.float64)
+    assert clipped_sides(log_s, adv, 0.005, 0.005)[1].tolist() == [True, True]
+    eps = length_scaled_epsilons(0.005, 0.005, mask.sum(-1), reference_length=16)
+    assert clipped_sides(log_s, adv, *eps)[1].tolist() == [False, True]
+    surrogate, _, _ = gspo_token_objective(logp, logp_old, adv, mask, *eps)
+    (surrogate * mask).sum().backward()
+    assert (logp.grad[0, :4] != 0).all() and (logp.grad[1] == 0).all()  # the clipped response has no gradient
+
+
+# ----------------------------------------------------------------------------------------------- config
+
+
+@pytest.mark.parametrize(
+    "overrides, field",
+    [
+        (dict(epsilon_reference_length=64), "epsilon_reference_length=64 only has an effect"),
+        (dict(epsilon_length_scaling=True, epsilon_reference_length=0), "epsilon_reference_length=0 must be"),
+        (dict(epsilon_length_scaling=True, epsilon_reference_length=2.5), "epsilon_reference_length=2.5"),
+        (dict(epsilon_length_scaling=True, importance_sampling_level="token", epsilon=0.2), "epsilon_length_scaling"),
+        (
+            dict(epsilon_length_scaling=True, loss_type="dapo", allow_length_weighted_loss=True),
+            "epsilon_length_scaling",
+        ),
+    ],
+)
+def test_bad_length_scaling_settings_are_errors_naming_the_field(tmp_path, overrides, field):
+    with pytest.raises(ValueError, match=field):
+        tiny_config(tmp_path, **overrides)
+
+
+def test_reference_length_defaults_to_max_completion_length(tmp_path):
+    assert tiny_config(tmp_path).resolved_epsilon_reference_length is None
+    assert tiny_config(tmp_path, epsilon_length_scaling=True).resolved_epsilon_reference_length == 8
+    cfg = tiny_config(tmp_path, epsilon_length_scaling=True, epsilon_reference_length=3)
+    assert cfg.resolved_epsilon_reference_length == 3
+
+
+# ----------------------------------------------------------------------------------------------- trainer
+
+
+def reference_scaled_loss(logps, old, advantages, mask, eps_low, eps_high, reference_length):
+    """GSPO-token with one range per response, written out response by response (no shared helper)."""
+    total, clipped_count = 0.0, 0
+    for i in range(mask.size(0)):
+        m = mask[i].bool()
+        length = int(m.sum())
+        log_s = (logps[i][m] - old[i][m]).detach().mean()
+        scale = math.sqrt(reference_length / max(length, 1))
+        ratio = torch.exp(log_s + logps[i][m] - logps[i][m].detach())
+        clipped = torch.clamp(ratio, 1 - eps_low * scale, 1 + eps_high * scale)
+        surrogate = torch.minimum(ratio * advantages[i], clipped * advantages[i])
+        total = total + surrogate.mean() if length else total
+        s = math.exp(log_s.item())
+        clipped_count += (advantages[i] > 0 and s > 1 + eps_high * scale) or (
+            advantages[i] < 0 and s < 1 - eps_low * scale
+        )
+    return -total / mask.size(0), clipped_count
+
+
+def test_trainer_loss_and_gradient_with_scaling_match_the_reference(tmp_path, tiny, prompt_dataset):
+    plain, _ = make_pair(tmp_path / "plain", tiny, prompt_dataset)
+    # L_ref = 2: the 1-token response gets a range sqrt(2) wider, the others up to sqrt(7/2) narrower.
+    scaled, _ = make_pair(
+        tmp_path / "scaled", tiny, prompt_dataset, epsilon_length_scaling=True, epsilon_reference_length=2
+    )
+    inputs = with_old_logps(scaled, crafted_batch(tiny[1]), shift=3e-3)  # lengths 7, 3, 5, 7, 1, 6
+    loss, grads, metrics = loss_and_grads(scaled, inputs)
+
+    scaled.model.zero_grad()
+    ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1)
+    mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1)
+    logps, _, _ = scaled._get_per_token_logps_and_entropies(scaled.model, ids, mask, 7)
+    ref, clipped = reference_scaled_loss(
+        logps, inputs["old_per_token_logps"], inputs["advantages"], inputs["completion_mask"], 3e-4, 4e-4, 2
+    )
+    ref.backward()
+    assert loss.item() == pytest.approx(ref.item(), abs=1e-6)
+    assert_grads_close(grads, {name: param.grad for name, param in scaled.model.named_parameters()})
+
+    # The clip statistics judge each response with its own range, and differ from the plain range's here.
+    assert metrics["clip_ratio/region_mean"][-1] == pytest.approx(clipped / 6)
+    plain.model.load_state_dict(scaled.model.state_dict())
+    _, _, plain_metrics = loss_and_grads(plain, inputs)
+    assert metrics["clip_ratio/region_mean"][-1] > plain_metrics["clip_ratio/region_mean"][-1]
