@@ -139,3 +139,76 @@ def test_trainer_loss_and_gradient_with_scaling_match_the_reference(tmp_path, ti
     plain.model.load_state_dict(scaled.model.state_dict())
     _, _, plain_metrics = loss_and_grads(plain, inputs)
     assert metrics["clip_ratio/region_mean"][-1] > plain_metrics["clip_ratio/region_mean"][-1]
+
+
+# ----------------------------------------------------------------------------------------------- calibration
+
+LAW_LENGTHS = (4, 16, 64, 256)
+
+
+def law_samples(per_length=3000, sigma=0.05, seed=0):
+    """Off-policy log s_i under the explainer's noise model: N(0, sigma / sqrt(L)), random advantage signs."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.tensor(LAW_LENGTHS).repeat_interleave(per_length)
+    log_s = torch.randn(lengths.numel(), generator=g, dtype=torch.float64) * sigma / lengths.double().sqrt()
+    sign = torch.where(torch.rand(lengths.numel(), generator=g) < 0.5, -1, 1)
+    return log_s, sign, lengths
+
+
+def per_bucket_clip(log_s, sign, lengths, eps_low, eps_high):
+    from gspo_recipes.calibrate import clip_fraction_by_bucket
+
+    return clip_fraction_by_bucket(log_s, sign, lengths, eps_low, eps_high, [(n, n) for n in LAW_LENGTHS])
+
+
+def test_length_scaled_calibration_holds_the_target_at_every_length():
+    from gspo_recipes.calibration import EpsilonCalibration
+
+    log_s, sign, lengths = law_samples()
+    results = {}
+    for reference in (None, 64):
+        calibration = EpsilonCalibration(steps=1, target_clip=0.1, reference_length=reference)
+        calibration.collect(log_s, sign.double(), torch.ones_like(log_s, dtype=torch.bool), lengths=lengths)
+        eps = calibration.finish(None, (3e-4, 4e-4))
+        results[reference] = per_bucket_clip(log_s, sign, lengths, *length_scaled_epsilons(*eps, lengths, reference))
+    for row in results[64]:  # the target at every length, up to sampling noise (1,500 per side and length)
+        assert row["clip_low"] == pytest.approx(0.1, abs=0.025) and row["clip_high"] == pytest.approx(0.1, abs=0.025)
+    plain = results[None]  # the plain range meets the target only on average: short clipped most, long hardly
+    assert plain[0]["clip_high"] > 0.2 and plain[-1]["clip_high"] < 0.02
+    assert plain[0]["clip_low"] > 0.2 and plain[-1]["clip_low"] < 0.02
+
+
+def test_calibrate_command_length_scaled(tmp_path, capsys):
+    import json
+
+    from gspo_recipes.cli import main as gspo
+
+    log_s, sign, lengths = law_samples(per_length=500)
+    line = {
+        "step": 2,
+        "epsilon_low": 3e-4,
+        "epsilon_high": 4e-4,
+        "epsilon_reference_length": None,
+        "max_completion_length": 256,
+        "responses": log_s.numel(),
+        "buckets": [{"lo": lo, "hi": hi} for lo, hi in ((1, 8), (9, 32), (33, 128), (129, 256))],
+        "minibatches": {},
+        "off_policy": {"log_s": log_s.tolist(), "advantage_sign": sign.tolist(), "length": lengths.tolist()},
+    }
+    (tmp_path / "gspo_diagnostics.jsonl").write_text(json.dumps(line) + "\n")
+    assert gspo(["calibrate", str(tmp_path), "--length-scaled"]) == 0
+    out = capsys.readouterr().out
+    assert "epsilon * sqrt(256 / L_i)" in out
+    assert "epsilon_length_scaling: true\nepsilon_reference_length: 256" in out
+    rows = [r.split() for r in out.splitlines() if r.strip()[:1].isdigit() and "-" in r.split()[0]]
+    assert [r[0] for r in rows] == ["1-8", "9-32", "33-128", "129-256"]
+    scaled = [[float(v.rstrip("%")) for v in r[2:4]] for r in rows]
+    plain = [[float(v.rstrip("%")) for v in r[4:6]] for r in rows]
+    assert all(abs(v - 10) < 4 for pair in scaled for v in pair)  # 250 responses per side and bucket
+    assert min(plain[0]) > 25 and max(plain[-1]) < 3
+    # The chosen epsilon holds at L_ref = 256, so it is about the 256-token responses' own 90% quantile.
+    assert gspo(["calibrate", str(tmp_path), "--length-scaled", "--reference-length", "4"]) == 0
+    out4 = capsys.readouterr().out
+    assert "epsilon_reference_length: 4" in out4
+    assert gspo(["calibrate", str(tmp_path), "--reference-length", "4"]) == 2
+    assert "add --length-scaled" in capsys.readouterr().out
