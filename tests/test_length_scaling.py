@@ -212,3 +212,102 @@ def test_calibrate_command_length_scaled(tmp_path, capsys):
     assert "epsilon_reference_length: 4" in out4
     assert gspo(["calibrate", str(tmp_path), "--reference-length", "4"]) == 2
     assert "add --length-scaled" in capsys.readouterr().out
+
+
+# ----------------------------------------------------------------------------------------------- health warning
+
+
+def law_window(correlated: bool, reference_length=None, seed=0, n=256, eps=(0.004, 0.004)):
+    """A window of off-policy responses of 4..256 tokens whose log s_i follow the 1/sqrt(L) law, clipped with the
+    plain range or a length-scaled one; advantages rise with log length when `correlated`, else are independent."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.tensor(LAW_LENGTHS).repeat(n // len(LAW_LENGTHS)).double()
+    log_s = torch.randn(lengths.numel(), generator=g, dtype=torch.float64) * 0.05 / lengths.sqrt()
+    noise = torch.randn(lengths.numel(), generator=g, dtype=torch.float64)
+    advantage = (torch.log2(lengths) - 5.0) / 2.0 + 0.7 * noise if correlated else noise
+    low, high = clipped_sides(log_s, advantage, *length_scaled_epsilons(*eps, lengths, reference_length))
+    return {
+        "log_s": log_s,
+        "length": lengths,
+        "advantage": advantage,
+        "clipped_low": low.double(),
+        "clipped_high": high.double(),
+        "minibatch": torch.full_like(log_s, 2.0),
+    }
+
+
+def judge(windows, scaled=False):
+    from gspo_recipes.health import HealthWarnings
+
+    recorded = []
+    health = HealthWarnings(min_responses=64)
+    health.on_warning = lambda kind, message: recorded.append((kind, message))
+    args = tiny_config("/tmp/unused-lenclip", epsilon_length_scaling=scaled)
+    for window in windows:
+        health.check_window(window, args, (0.004, 0.004))
+    return [kind for kind, _ in recorded], [message for _, message in recorded]
+
+
+def test_short_responses_warning_fires_when_short_ones_clip_more_and_length_goes_with_advantage(caplog):
+    import logging
+
+    with caplog.at_level(logging.WARNING):
+        kinds, messages = judge([law_window(True, seed=s) for s in range(2)])
+    assert kinds == ["short_responses_clipped"]  # once, through the on_warning hook that feeds gspo report
+    assert messages[0].startswith("GSPO health: short responses dominate the clip")
+    assert "epsilon_length_scaling=True" in messages[0] and "--length-scaled" in messages[0]
+    assert "longer responses score better" in messages[0]
+    assert "short responses dominate the clip" in caplog.text
+
+
+def test_short_responses_warning_silent_without_correlation_or_with_the_scaled_range():
+    window = law_window(False)
+    shares = [window["clipped_high"][window["length"] == n].mean().item() for n in (4, 256)]
+    assert shares[0] > 3 * shares[1]  # short responses do clip far more here: only the correlation is missing
+    assert judge([law_window(False, seed=s) for s in range(3)])[0] == []
+    # The scaled range judged the same correlated responses: every length clips alike, nothing to warn about.
+    assert judge([law_window(True, reference_length=64, seed=s) for s in range(3)], scaled=True)[0] == []
+
+
+def test_short_responses_warning_needs_enough_responses_and_judges_nothing_across_a_range_change():
+    from gspo_recipes.health import HealthWarnings
+
+    args = tiny_config("/tmp/unused-lenclip")
+    few = law_window(True, n=64)  # 16 per length: too few to judge
+    health = HealthWarnings(min_responses=64)
+    for _ in range(3):
+        health.check_window(few, args, (0.004, 0.004))
+    assert health.history == []
+    health.check_window(few, args, (0.004, 0.004))  # 64 per length pooled: judged
+    assert [w["kind"] for w in health.history] == ["short_responses_clipped"]
+    # After a change of range the pooled responses are forgotten: three windows under the new one are too few.
+    health = HealthWarnings(min_responses=64)
+    for _ in range(3):
+        health.check_window(few, args, (0.004, 0.004))
+    for _ in range(3):
+        health.check_window(few, args, (0.003, 0.003))
+    assert health.history == []
+
+
+def test_report_replays_the_short_responses_warning_from_the_file():
+    from gspo_recipes.report import health_warnings
+
+    def line(step, window):
+        later = window["minibatch"] > 1
+        return {
+            "step": step,
+            "epsilon_low": 0.004,
+            "epsilon_high": 0.004,
+            "buckets": [{"lo": lo, "hi": hi} for lo, hi in ((1, 8), (9, 32), (33, 128), (129, 256))],
+            "minibatches": {"2": {}},
+            "off_policy": {
+                "log_s": window["log_s"][later].tolist(),
+                "advantage_sign": torch.sign(window["advantage"][later]).long().tolist(),
+                "advantage": window["advantage"][later].tolist(),
+                "length": window["length"][later].long().tolist(),
+            },
+        }
+
+    kinds = [w["kind"] for w in health_warnings([line(s + 1, law_window(True, seed=s)) for s in range(2)])]
+    assert kinds == ["short_responses_clipped"]
+    assert health_warnings([line(s + 1, law_window(False, seed=s)) for s in range(2)]) == []
