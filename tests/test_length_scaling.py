@@ -311,3 +311,71 @@ def test_report_replays_the_short_responses_warning_from_the_file():
     kinds = [w["kind"] for w in health_warnings([line(s + 1, law_window(True, seed=s)) for s in range(2)])]
     assert kinds == ["short_responses_clipped"]
     assert health_warnings([line(s + 1, law_window(False, seed=s)) for s in range(2)]) == []
+
+
+# ----------------------------------------------------------------------------------------------- real runs
+
+
+def varied_length_run(output_dir, scaled: bool, max_steps=16):
+    """A tiny GSPO run whose responses span 1..32 tokens (an EOS bias makes lengths roughly geometric) with a reward
+    that grows with length, so length goes with advantage; the range (0.02) clips the short responses, whose log s_i
+    spread ~10x wider, far more than the long ones."""
+    import json
+
+    from conftest import length_reward
+    from datasets import Dataset
+
+    from gspo_recipes import GSPOTrainer
+    from gspo_recipes.callbacks import ClipFractionByLengthCallback, LogRatioHistogramCallback
+    from gspo_recipes.tiny import build_tiny_model_and_tokenizer
+
+    model, tokenizer = build_tiny_model_and_tokenizer()
+    head = torch.nn.Linear(model.lm_head.in_features, model.lm_head.out_features, bias=True)
+    with torch.no_grad():
+        head.weight.copy_(model.lm_head.weight)
+        head.bias.zero_()
+        head.bias[tokenizer.eos_token_id] = 2.5
+    model.config.tie_word_embeddings = False
+    model.lm_head = head
+    dataset = Dataset.from_list([{"prompt": f"{a}+{b}="} for a in range(4) for b in range(4)])
+    cfg = tiny_config(
+        output_dir, max_steps=max_steps, max_completion_length=32, epsilon=0.02, epsilon_high=0.02,
+        gspo_diagnostics=False, epsilon_length_scaling=scaled,
+    )  # fmt: skip
+    trainer = GSPOTrainer(
+        model=model, reward_funcs=length_reward, args=cfg, train_dataset=dataset, processing_class=tokenizer
+    )
+    clip = ClipFractionByLengthCallback(trainer, min_responses=16)  # a small run: 16 per bucket pooled
+    trainer.add_callback(clip)
+    trainer.add_callback(LogRatioHistogramCallback(trainer))
+    trainer.train()
+    with open(output_dir / "gspo_diagnostics.jsonl") as f:
+        lines = [json.loads(text) for text in f]
+    return [w["kind"] for w in clip.warnings.history], lines
+
+
+@pytest.mark.slow
+def test_a_run_whose_short_responses_clip_more_warns_and_the_scaled_range_does_not(tmp_path):
+    from gspo_recipes.run_warnings import recorded_warnings
+
+    kinds, lines = varied_length_run(tmp_path / "plain", scaled=False)
+    assert "short_responses_clipped" in kinds
+    assert "short_responses_clipped" in [w["kind"] for w in recorded_warnings(lines)]  # for gspo report
+    assert all(line.get("epsilon_reference_length") is None for line in lines if "epsilon_low" in line)
+
+    kinds, lines = varied_length_run(tmp_path / "scaled", scaled=True)
+    assert "short_responses_clipped" not in kinds
+    assert {line["epsilon_reference_length"] for line in lines if "epsilon_low" in line} == {32}
+    # The file's clip counts are the scaled range's: recomputed from the recorded log s_i they agree.
+    from gspo_recipes.diagnostics_file import clip_range_of_line
+
+    for line in lines:
+        off = line.get("off_policy")
+        if not off or not off["log_s"] or any(int(k) == 1 for k in line["minibatches"]):
+            continue  # lines holding on-policy responses count those too; compare the off-policy-only ones
+        length = torch.tensor(off["length"])
+        low, high = clipped_sides(
+            torch.tensor(off["log_s"], dtype=torch.float64), torch.tensor(off["advantage"]),
+            *clip_range_of_line(line, length),
+        )  # fmt: skip
+        assert int((low | high).sum()) == sum(b["clipped_low"] + b["clipped_high"] for b in line["buckets"])
