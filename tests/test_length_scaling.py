@@ -96,31 +96,34 @@ def test_reference_length_defaults_to_max_completion_length(tmp_path):
 
 
 def reference_scaled_loss(logps, old, advantages, mask, eps_low, eps_high, reference_length):
-    """GSPO-token with one range per response, written out response by response (no shared helper)."""
+    """GSPO-token with one range per response, written out response by response (no shared helper); advantages (N,)
+    or per token (N, T). Returns the loss and the number of responses clipped (by the mean advantage's sign)."""
     total, clipped_count = 0.0, 0
     for i in range(mask.size(0)):
         m = mask[i].bool()
         length = int(m.sum())
+        if not length:
+            continue
+        adv = advantages[i][m] if advantages.dim() == 2 else advantages[i]
         log_s = (logps[i][m] - old[i][m]).detach().mean()
-        scale = math.sqrt(reference_length / max(length, 1))
+        scale = math.sqrt(reference_length / length)
         ratio = torch.exp(log_s + logps[i][m] - logps[i][m].detach())
         clipped = torch.clamp(ratio, 1 - eps_low * scale, 1 + eps_high * scale)
-        surrogate = torch.minimum(ratio * advantages[i], clipped * advantages[i])
-        total = total + surrogate.mean() if length else total
-        s = math.exp(log_s.item())
-        clipped_count += (advantages[i] > 0 and s > 1 + eps_high * scale) or (
-            advantages[i] < 0 and s < 1 - eps_low * scale
-        )
+        total = total + torch.minimum(ratio * adv, clipped * adv).mean()
+        s, a = math.exp(log_s.item()), adv.mean().item()
+        clipped_count += (a > 0 and s > 1 + eps_high * scale) or (a < 0 and s < 1 - eps_low * scale)
     return -total / mask.size(0), clipped_count
 
 
-def test_trainer_loss_and_gradient_with_scaling_match_the_reference(tmp_path, tiny, prompt_dataset):
+@pytest.mark.parametrize("advantages_shape", ["response", "token"])
+def test_trainer_loss_and_gradient_with_scaling_match_the_reference(tmp_path, tiny, prompt_dataset, advantages_shape):
+    """GSPO and GSPO-token (per-token advantages) with the length-scaled range, against the reference."""
     plain, _ = make_pair(tmp_path / "plain", tiny, prompt_dataset)
     # L_ref = 2: the 1-token response gets a range sqrt(2) wider, the others up to sqrt(7/2) narrower.
     scaled, _ = make_pair(
         tmp_path / "scaled", tiny, prompt_dataset, epsilon_length_scaling=True, epsilon_reference_length=2
     )
-    inputs = with_old_logps(scaled, crafted_batch(tiny[1]), shift=3e-3)  # lengths 7, 3, 5, 7, 1, 6
+    inputs = with_old_logps(scaled, crafted_batch(tiny[1], advantages_shape), shift=3e-3)  # lengths 7, 3, 5, 7, 1, 6
     loss, grads, metrics = loss_and_grads(scaled, inputs)
 
     scaled.model.zero_grad()
@@ -136,9 +139,10 @@ def test_trainer_loss_and_gradient_with_scaling_match_the_reference(tmp_path, ti
 
     # The clip statistics judge each response with its own range, and differ from the plain range's here.
     assert metrics["clip_ratio/region_mean"][-1] == pytest.approx(clipped / 6)
-    plain.model.load_state_dict(scaled.model.state_dict())
-    _, _, plain_metrics = loss_and_grads(plain, inputs)
-    assert metrics["clip_ratio/region_mean"][-1] > plain_metrics["clip_ratio/region_mean"][-1]
+    if advantages_shape == "response":  # on this batch the plain range clips one response fewer (3 of 6, not 4)
+        plain.model.load_state_dict(scaled.model.state_dict())
+        _, _, plain_metrics = loss_and_grads(plain, inputs)
+        assert metrics["clip_ratio/region_mean"][-1] > plain_metrics["clip_ratio/region_mean"][-1]
 
 
 # ----------------------------------------------------------------------------------------------- calibration
@@ -379,3 +383,88 @@ def test_a_run_whose_short_responses_clip_more_warns_and_the_scaled_range_does_n
             *clip_range_of_line(line, length),
         )  # fmt: skip
         assert int((low | high).sum()) == sum(b["clipped_low"] + b["clipped_high"] for b in line["buckets"])
+
+
+# ----------------------------------------------------------------------------------------------- off the default path
+
+
+def scaled_calibrating_trainer(output_dir, max_steps, **overrides):
+    from conftest import digit_count_reward
+    from datasets import Dataset
+
+    from gspo_recipes import GSPOTrainer
+    from gspo_recipes.tiny import build_tiny_model_and_tokenizer
+
+    model, tokenizer = build_tiny_model_and_tokenizer()
+    dataset = Dataset.from_list([{"prompt": f"{a}+{b}="} for a in range(4) for b in range(4)])
+    settings = dict(
+        max_steps=max_steps, epsilon_calibration_steps=4, epsilon_target_clip=0.2, save_strategy="steps",
+        save_steps=4, gspo_diagnostics=False, epsilon_length_scaling=True, epsilon_reference_length=4,
+    )  # fmt: skip
+    settings.update(overrides)
+    cfg = tiny_config(output_dir, **settings)
+    return GSPOTrainer(
+        model=model, reward_funcs=digit_count_reward, args=cfg, train_dataset=dataset, processing_class=tokenizer
+    )
+
+
+def test_automatic_calibration_of_the_scaled_range_and_resume(tmp_path, caplog):
+    import json
+    import logging
+
+    trainer = scaled_calibrating_trainer(tmp_path, max_steps=6)
+    with caplog.at_level(logging.WARNING, logger="gspo_recipes.trainer"):
+        trainer.train()
+    assert "at the reference length 4, scaled by sqrt(L_ref / L)" in caplog.text
+    calibrated = (trainer.epsilon_low, trainer.epsilon_high)
+    assert calibrated != (3e-4, 4e-4)
+    state = json.loads((tmp_path / "checkpoint-4" / "gspo_calibration.json").read_text())
+    assert state["reference_length"] == 4 and state["epsilons"] is None  # saved mid-calibration, with lengths
+    assert len(state["length"]) == len(state["log_s"]) > 0 and min(state["length"]) >= 1
+
+    # Resumed from the checkpoint saved before calibration finished: the same range as the uninterrupted run.
+    again = scaled_calibrating_trainer(tmp_path / "again", max_steps=6, save_strategy="no")
+    again.args.output_dir = str(tmp_path)
+    again.train(resume_from_checkpoint=str(tmp_path / "checkpoint-4"))
+    assert (again.epsilon_low, again.epsilon_high) == calibrated
+
+    # A resume with another scaling setting would give those samples another meaning: refused, naming the fields.
+    other = scaled_calibrating_trainer(tmp_path / "other", max_steps=6, save_strategy="no", epsilon_reference_length=8)
+    other.args.output_dir = str(tmp_path)
+    with pytest.raises(ValueError, match="epsilon_reference_length"):
+        other.train(resume_from_checkpoint=str(tmp_path / "checkpoint-4"))
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        dict(num_iterations=2),  # the same generation batch twice: its second pass is off-policy from its start
+        dict(gradient_accumulation_steps=2, steps_per_generation=3, per_device_train_batch_size=4),  # misaligned
+    ],
+)
+def test_scaled_range_off_the_default_path_records_per_response_clips(tmp_path, tiny, prompt_dataset, overrides):
+    """Whatever the schedule, every recorded clip flag is the one the response's own scaled range gives."""
+    from conftest import digit_count_reward
+
+    from gspo_recipes import GSPOTrainer
+    from gspo_recipes.callbacks import attach_response_stats
+
+    model, tokenizer = tiny
+    cfg = tiny_config(
+        tmp_path, epsilon=5e-3, epsilon_high=5e-3, epsilon_length_scaling=True, epsilon_reference_length=32,
+        gspo_diagnostics=False, max_steps=3,
+        **overrides,
+    )  # fmt: skip
+    trainer = GSPOTrainer(
+        model=model, reward_funcs=digit_count_reward, args=cfg, train_dataset=prompt_dataset, processing_class=tokenizer
+    )
+    stats = attach_response_stats(trainer)
+    trainer.train()
+    window = stats.window(step=-1)
+    off = window["minibatch"] > 1
+    assert off.any()
+    eps = length_scaled_epsilons(5e-3, 5e-3, window["length"], 32)  # twice the plain range at 8 tokens
+    low, high = clipped_sides(window["log_s"].double(), window["advantage"], *eps)
+    assert torch.equal(low.float(), window["clipped_low"]) and torch.equal(high.float(), window["clipped_high"])
+    plain_low, plain_high = clipped_sides(window["log_s"].double(), window["advantage"], 5e-3, 5e-3)
+    assert (plain_low | plain_high).sum() > (low | high).sum(), "the wider scaled range should clip fewer here"
