@@ -47,7 +47,7 @@ class ClipFractionByLengthCallback(TrainerCallback):
         self.trainer = trainer
         self.stats = attach_response_stats(trainer)
         self.buckets = make_length_buckets(trainer.args.max_completion_length, length_buckets)
-        self.warnings = HealthWarnings(quiet_steps, min_responses)
+        self.warnings = HealthWarnings(quiet_steps, min_responses, length_buckets=self.buckets)
         self.warnings.emit = trainer.accelerator.is_main_process  # windows are gathered: judged alike everywhere
         self.warnings.on_warning = lambda kind, message: record_warning(trainer, kind, message)  # for gspo report
         self.clip_ranges: set[tuple[float, float]] = set()  # the clip ranges the current window's steps trained with

@@ -158,6 +158,9 @@ def diagnostics_line(step, window, selected, counts, edges, buckets, trainer) ->
         "step": step,
         "epsilon_low": trainer.epsilon_low,
         "epsilon_high": trainer.epsilon_high,
+        # L_ref of a length-scaled range (response i clipped with epsilon * sqrt(L_ref / L_i)); null: the plain range.
+        "epsilon_reference_length": getattr(trainer, "epsilon_reference_length", None),
+        "max_completion_length": trainer.args.max_completion_length,
         "responses": int(window["log_s"].numel()),
         "bin_edges": edges,
         "counts": counts,
@@ -167,6 +170,8 @@ def diagnostics_line(step, window, selected, counts, edges, buckets, trainer) ->
         "off_policy": {
             "log_s": [float(f"{v:.4g}") for v in window["log_s"][later].tolist()],
             "advantage_sign": [int(v) for v in torch.sign(window["advantage"][later]).tolist()],
+            # The advantages themselves, for the length-advantage correlation of the health check on replay.
+            "advantage": [float(f"{v:.4g}") for v in window["advantage"][later].tolist()],
             "length": [int(v) for v in window["length"][later].tolist()],
             "one_token": [int(v) for v in window["one_token"][later].tolist()],
         },

@@ -5,6 +5,11 @@ paper can clip most responses in a setting with more per-token drift. Calibratio
 (minibatches 2..k, where s_i can leave 1) and picks, per side, the epsilon that clips the target fraction of the
 responses that side can clip: epsilon_high from the responses with A > 0, epsilon_low from those with A < 0.
 `gspo calibrate` (gspo_recipes/calibrate.py) does the same from a finished run's diagnostics file.
+
+With a length-scaled range (`epsilon_length_scaling`) a response of L tokens is clipped with eps * sqrt(L_ref / L),
+so it is clipped exactly when its length-normalised log-ratio log s_i * sqrt(L / L_ref) lies outside the range at
+L_ref: the quantiles are taken over those normalised values, and the target share then holds at every length
+wherever the 1/sqrt(L) law does.
 """
 
 from __future__ import annotations
@@ -38,6 +43,14 @@ def calibrate_epsilons(log_s: torch.Tensor, advantage_sign: torch.Tensor, target
     return eps_low, eps_high
 
 
+def length_normalised(log_s: torch.Tensor, lengths: torch.Tensor, reference_length: int | None) -> torch.Tensor:
+    """log s_i * sqrt(L / L_ref): the log-ratio a response would have at the reference length under the 1/sqrt(L) law
+    (log s_i itself when `reference_length` is None). Small log-ratios only: log(1 + eps) ~ eps, as in the range."""
+    if reference_length is None:
+        return log_s
+    return log_s.double() * torch.sqrt(lengths.double().clamp(min=1.0) / reference_length)
+
+
 def nan_to(value: float, fallback: float = 0.0) -> float:
     return fallback if math.isnan(value) else value
 
@@ -49,23 +62,34 @@ class EpsilonCalibration:
 
     STATE_FILE = "gspo_calibration.json"
 
-    def __init__(self, steps: int, target_clip: float):
+    def __init__(self, steps: int, target_clip: float, reference_length: int | None = None):
         self.steps, self.target_clip = steps, target_clip
+        self.reference_length = reference_length  # L_ref of a length-scaled range, None for the plain one
         self.log_s: list[float] = []
         self.sign: list[int] = []
+        self.length: list[int] = []
         self.epsilons: tuple[float, float] | None = None  # set once calibrated
 
     @property
     def done(self) -> bool:
         return self.epsilons is not None
 
-    def collect(self, log_s: torch.Tensor, advantages: torch.Tensor, off_policy: torch.Tensor) -> None:
+    def collect(
+        self,
+        log_s: torch.Tensor,
+        advantages: torch.Tensor,
+        off_policy: torch.Tensor,
+        lengths: torch.Tensor | None = None,
+    ) -> None:
         self.log_s += log_s[off_policy].float().tolist()
         self.sign += torch.sign(advantages[off_policy]).long().tolist()
+        if lengths is None:  # a caller without lengths: only the plain range can be calibrated from these
+            lengths = torch.zeros_like(log_s)
+        self.length += lengths[off_policy].long().tolist()
 
     def _all_samples(self, accelerator) -> torch.Tensor:
-        """(2, n): every process's samples (collective when several processes run)."""
-        values = torch.tensor([self.log_s, self.sign], dtype=torch.float64).reshape(2, -1)
+        """(3, n): every process's samples (log s_i, advantage sign, length; collective when several processes run)."""
+        values = torch.tensor([self.log_s, self.sign, self.length], dtype=torch.float64).reshape(3, -1)
         if accelerator is not None and accelerator.num_processes > 1:
             values = gather_columns(values, accelerator)
         return values
@@ -73,14 +97,15 @@ class EpsilonCalibration:
     def finish(self, accelerator, current: tuple[float, float]) -> tuple[float, float]:
         """Gather the samples of every process and fix the range; a side with no samples keeps `current`."""
         values = self._all_samples(accelerator)
-        eps_low, eps_high = calibrate_epsilons(values[0], values[1], self.target_clip)
+        log_s = length_normalised(values[0], values[2], self.reference_length)
+        eps_low, eps_high = calibrate_epsilons(log_s, values[1], self.target_clip)
         self.epsilons = (nan_to(eps_low, current[0]), nan_to(eps_high, current[1]))
-        self.log_s, self.sign = [], []
+        self.log_s, self.sign, self.length = [], [], []
         return self.epsilons
 
     def save(self, folder: str, accelerator=None, write: bool = True) -> None:
         """Every process calls this (the samples are gathered); the process with `write` writes the union."""
-        values = self._all_samples(accelerator) if not self.done else torch.zeros(2, 0)
+        values = self._all_samples(accelerator) if not self.done else torch.zeros(3, 0)
         if not write:
             return
         state = {
@@ -89,6 +114,8 @@ class EpsilonCalibration:
             "epsilons": self.epsilons,
             "log_s": values[0].tolist(),
             "sign": [int(v) for v in values[1].tolist()],
+            "length": [int(v) for v in values[2].tolist()],
+            "reference_length": self.reference_length,
         }
         with open(os.path.join(folder, self.STATE_FILE), "w") as f:
             json.dump(state, f)
@@ -100,6 +127,15 @@ class EpsilonCalibration:
             return False
         with open(path) as f:
             state = json.load(f)
+        if state.get("reference_length") != self.reference_length:
+            raise ValueError(
+                f"{path} was calibrated with epsilon_reference_length={state.get('reference_length')} (None: the plain "
+                f"range), but this run uses {self.reference_length}: its epsilons would mean another range. Resume "
+                "with the same epsilon_length_scaling and epsilon_reference_length, or start a fresh run."
+            )
         self.epsilons = tuple(state["epsilons"]) if state["epsilons"] is not None else None
-        self.log_s, self.sign = (state["log_s"], state["sign"]) if is_main_process else ([], [])
+        lengths = state.get("length", [0] * len(state["log_s"]))
+        self.log_s, self.sign, self.length = (
+            (state["log_s"], state["sign"], lengths) if is_main_process else ([], [], [])
+        )
         return True

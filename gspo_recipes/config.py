@@ -19,6 +19,10 @@ Parameters that differ from `GRPOConfig`'s defaults:
     epsilon_calibration_steps (`int`, defaults to `0`): calibrate the clip range during the first N optimizer steps.
     epsilon_target_clip (`float`, defaults to `0.1`): the fraction of responses to clip on each side.
     token_log_ratio_clip (`float`, defaults to `None`): GMPO-style clamp of each token's log-ratio before the mean.
+    epsilon_length_scaling (`bool`, defaults to `False`): a clip range that scales with length like 1/sqrt(L):
+        a response of L tokens gets epsilon * sqrt(L_ref / L) on both sides.
+    epsilon_reference_length (`int`, defaults to `None`): L_ref, where epsilon/epsilon_high hold as given;
+        None is `max_completion_length`, so no response gets a narrower range than the configured one.
 
 > Diagnostics
 
@@ -148,6 +152,23 @@ class GSPOConfig(GRPOConfig):
             "loss_type='grpo')."
         },
     )
+    epsilon_length_scaling: bool = field(
+        default=False,
+        metadata={
+            "help": "Scale the clip range with response length as the 1/sqrt(L) law of log s_i says: a response of L "
+            "tokens gets [1 - epsilon * sqrt(L_ref / L), 1 + epsilon_high * sqrt(L_ref / L)], so short responses are "
+            "not clipped more often than long ones for the same per-token drift. L_ref is epsilon_reference_length. "
+            "Calibrated by epsilon_calibration_steps and `gspo calibrate --length-scaled` too."
+        },
+    )
+    epsilon_reference_length: int | None = field(
+        default=None,
+        metadata={
+            "help": "With epsilon_length_scaling: the response length (tokens) at which epsilon and epsilon_high hold "
+            "as given. None (default): max_completion_length, so shorter responses get a wider range and none a "
+            "narrower one."
+        },
+    )
     gspo_diagnostics: bool = field(
         default=True,
         metadata={
@@ -266,6 +287,7 @@ class GSPOConfig(GRPOConfig):
                 f"epsilon_target_clip={self.epsilon_target_clip} must lie strictly between 0 and 1 (0.1 clips 10% of "
                 "the responses on each side)."
             )
+        self._check_length_scaling()
         if self.loss_type not in TWO_SIDED_CLIP_LOSS_TYPES:  # CISPO's cap, or no clip at all (SAPO, VESPO)
             return
         largest = max(self.epsilon, self.epsilon_high or 0.0)
@@ -299,6 +321,36 @@ class GSPOConfig(GRPOConfig):
                 "no such clamp. Use importance_sampling_level='sequence' and loss_type='grpo', or "
                 "token_log_ratio_clip=None."
             )
+
+    def _check_length_scaling(self) -> None:
+        if self.epsilon_reference_length is not None:
+            if not self.epsilon_length_scaling:
+                raise ValueError(
+                    f"epsilon_reference_length={self.epsilon_reference_length} only has an effect with "
+                    "epsilon_length_scaling=True. Set epsilon_length_scaling=True, or remove epsilon_reference_length."
+                )
+            if isinstance(self.epsilon_reference_length, bool) or not isinstance(self.epsilon_reference_length, int):
+                raise ValueError(f"epsilon_reference_length={self.epsilon_reference_length!r} must be a token count.")
+            if self.epsilon_reference_length < 1:
+                raise ValueError(
+                    f"epsilon_reference_length={self.epsilon_reference_length} must be at least 1 token; None uses "
+                    f"max_completion_length ({self.max_completion_length})."
+                )
+        if self.epsilon_length_scaling and (self.importance_sampling_level != "sequence" or self.loss_type != "grpo"):
+            raise ValueError(
+                "epsilon_length_scaling scales GSPO's sequence-level clip range, but importance_sampling_level="
+                f"'{self.importance_sampling_level}' with loss_type='{self.loss_type}' does not clip s_i with "
+                "[1 - epsilon, 1 + epsilon_high] in GSPOTrainer's own loss. Set epsilon_length_scaling=False, or use "
+                "importance_sampling_level='sequence' with loss_type='grpo' (TRL's loss, used for other settings, "
+                "would silently ignore the scaling)."
+            )
+
+    @property
+    def resolved_epsilon_reference_length(self) -> int | None:
+        """L_ref of the length-scaled clip range, or None when the range is the plain one."""
+        if not self.epsilon_length_scaling:
+            return None
+        return self.epsilon_reference_length or self.max_completion_length
 
     def _check_loss_type(self) -> None:
         if (

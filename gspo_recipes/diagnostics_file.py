@@ -47,3 +47,14 @@ def keep_lines_up_to(path: str, step: int) -> None:
     with open(tmp, "w") as f:
         f.writelines(json.dumps(line) + "\n" for line in kept)
     os.replace(tmp, path)
+
+
+def clip_range_of_line(line: dict, lengths):
+    """The clip range a line's responses of these `lengths` were judged with: the line's (epsilon_low,
+    epsilon_high), scaled per response by sqrt(L_ref / L) when the run used a length-scaled range (the line's
+    "epsilon_reference_length"; absent or null: the plain range)."""
+    from .loss import length_scaled_epsilons
+
+    return length_scaled_epsilons(
+        line["epsilon_low"], line["epsilon_high"], lengths, line.get("epsilon_reference_length")
+    )

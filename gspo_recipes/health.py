@@ -12,11 +12,43 @@ import torch
 
 logger = logging.getLogger(__name__)
 
+# "Short responses dominate the clip" (the explainer): the spread of log s_i shrinks like 1/sqrt(L), so for the same
+# per-token drift a fixed range clips short responses more. It matters when length goes with advantage, for then the
+# clip decides which kind of response learns. Warned when, pooled over >= min_responses off-policy responses with
+# A != 0 in each of at least two length buckets, the shortest such bucket clips >= SHORT_CLIP_FACTOR times the share of
+# the longest (and at least SHORT_CLIP_MIN_SHARE: 0.3% against 0.1% skews nothing), while |Pearson r| of log2(length)
+# and the advantage over the same responses is >= LENGTH_ADVANTAGE_MIN_CORRELATION. 3x: the 1/sqrt(L) law alone gives
+# ratios of 10x and more between buckets a factor 16 apart at a clip of a few percent, so 3x is a clear, not a
+# borderline, skew. The advantage itself (not its sign): GRPO centres it within each group, so the pooled covariance is
+# the mean within-group covariance (a prompt's difficulty and its responses' length cannot fake it); 0.2 is over two
+# standard errors (1/sqrt(n)) once n >= 128, and weak enough to catch a real but modest link.
+SHORT_CLIP_FACTOR = 3.0
+SHORT_CLIP_MIN_SHARE = 0.05
+LENGTH_ADVANTAGE_MIN_CORRELATION = 0.2
+
+
+def pearson_from_moments(m: torch.Tensor) -> float:
+    """Pearson r from pooled moments [n, sum x, sum y, sum x^2, sum y^2, sum xy]; 0 when either spread is 0."""
+    n, sx, sy, sxx, syy, sxy = m.tolist()
+    var_x, var_y = sxx - sx * sx / n, syy - sy * sy / n
+    if var_x <= 1e-12 * max(sxx, 1.0) or var_y <= 1e-12 * max(syy, 1.0):
+        return 0.0
+    return (sxy - sx * sy / n) / (var_x * var_y) ** 0.5
+
+
+def default_length_buckets() -> list[tuple[int, int]]:
+    """Power-of-two buckets 1-8, 9-16, ...: the callbacks' default buckets for any max_completion_length."""
+    from .response_stats import length_buckets
+
+    return length_buckets(1 << 20)
+
 
 class HealthWarnings:
     """The explainer's failure modes, each warned once per occurrence (again only after it has cleared)."""
 
-    def __init__(self, quiet_steps: int = 20, min_responses: int = 64):
+    def __init__(
+        self, quiet_steps: int = 20, min_responses: int = 64, length_buckets: list[tuple[int, int]] | None = None
+    ):
         self.quiet_steps = quiet_steps
         self.min_responses = min_responses
         self.pending: torch.Tensor | None = None  # off-policy [positives, clipped high, negatives, clipped low]
@@ -27,6 +59,8 @@ class HealthWarnings:
         self.clip_range: tuple[float, float] | None = None  # (epsilon_low, epsilon_high) of the windows judged
         self.emit = True  # False on all but the main process: each judges the same gathered window, one shows it
         self.on_warning = None  # called as on_warning(kind, message) when a warning fires (run_warnings.py)
+        self.length_buckets = length_buckets or default_length_buckets()  # (lo, hi) inclusive
+        self.length_pending: tuple[torch.Tensor, torch.Tensor] | None = None  # per bucket [n, clipped]; moments
 
     def _set(self, kind: str, condition: bool, message: str) -> None:
         if condition and kind not in self.active:
@@ -51,7 +85,8 @@ class HealthWarnings:
         self.pending = None
         self.pending_one_token = []
         self.quiet_windows = 0
-        self.active -= {"never_clips", "wasted_rollouts", "one_sided", "one_token_clips"}
+        self.length_pending = None
+        self.active -= {"never_clips", "wasted_rollouts", "one_sided", "one_token_clips", "short_responses_clipped"}
 
     def check_window(
         self, window: dict[str, torch.Tensor], args, clip_range: tuple[float, float] | None = None
@@ -77,6 +112,7 @@ class HealthWarnings:
             "steps per rollout batch.",
         )
         self._check_one_token_clips(window, later, args)
+        self.check_short_responses(window, later, args)
         # The shares are judged over at least `min_responses` responses per side, pooled across logging steps:
         # a handful of responses (logging every step of a small run) would make them flip back and forth.
         counts = torch.tensor(
@@ -140,4 +176,55 @@ class HealthWarnings:
             f"token_log_ratio_clip={length * epsilon:.2g} (clamps each token's log-ratio before the mean, GMPO-style; "
             f"median one-token-clipped length {length:.0f} x epsilon {epsilon:g}, so one token alone moves log s_i by "
             "at most the clip range)" + (f"; it is {current} now, lower it." if current is not None else "."),
+        )
+
+    def check_short_responses(self, window: dict[str, torch.Tensor], later: torch.Tensor, args) -> None:
+        """Short responses dominating the clip while length goes with advantage (the constants above)."""
+        selected = later & (window["advantage"] != 0)  # the responses the clip can remove
+        length = window["length"][selected].double()
+        clipped = (window["clipped_low"] + window["clipped_high"])[selected].double()
+        advantage = window["advantage"][selected].double()
+        per_bucket = torch.tensor(
+            [
+                [float(in_bucket.sum()), clipped[in_bucket].sum().item()]
+                for in_bucket in ((length >= lo) & (length <= hi) for lo, hi in self.length_buckets)
+            ],
+            dtype=torch.float64,
+        ).reshape(-1, 2)
+        x = torch.log2(length.clamp(min=1.0))
+        moments = torch.stack(
+            [x.new_tensor(float(x.numel())), x.sum(), advantage.sum(), (x * x).sum(), (advantage**2).sum(),
+             (x * advantage).sum()]
+        )  # fmt: skip
+        if self.length_pending is not None:
+            per_bucket, moments = per_bucket + self.length_pending[0], moments + self.length_pending[1]
+        self.length_pending = (per_bucket, moments)
+        populated = [i for i in range(len(self.length_buckets)) if per_bucket[i, 0] >= self.min_responses]
+        if len(populated) < 2:
+            return
+        self.length_pending = None
+        (short_n, short_clipped), (long_n, long_clipped) = per_bucket[populated[0]], per_bucket[populated[-1]]
+        short_share, long_share = (short_clipped / short_n).item(), (long_clipped / long_n).item()
+        r = pearson_from_moments(moments)
+        (short_lo, short_hi), (long_lo, long_hi) = self.length_buckets[populated[0]], self.length_buckets[populated[-1]]
+        if getattr(args, "epsilon_length_scaling", False):
+            fix = (
+                "The range is already length-scaled, so the drift does not follow the 1/sqrt(L) law here: recalibrate "
+                "it (`gspo calibrate RUN_DIR --length-scaled`) or set a smaller epsilon_reference_length."
+            )
+        else:
+            fix = (
+                "Fix: epsilon_length_scaling=True (response i gets epsilon * sqrt(L_ref / L_i)), its range chosen by "
+                "`gspo calibrate RUN_DIR --length-scaled` or epsilon_calibration_steps."
+            )
+        self._set(
+            "short_responses_clipped",
+            short_share >= SHORT_CLIP_MIN_SHARE
+            and short_share >= SHORT_CLIP_FACTOR * long_share
+            and abs(r) >= LENGTH_ADVANTAGE_MIN_CORRELATION,
+            f"GSPO health: short responses dominate the clip: {short_share:.0%} of the off-policy responses of "
+            f"{short_lo}-{short_hi} tokens are clipped against {long_share:.0%} of those of {long_lo}-{long_hi} "
+            f"tokens, and length goes with advantage (r = {r:+.2f}: {'longer' if r > 0 else 'shorter'} responses "
+            "score better), so the clip decides which kind of response learns. The spread of log s_i shrinks like "
+            f"1/sqrt(length), so a fixed range clips short responses more for the same drift. {fix}",
         )

@@ -29,6 +29,9 @@ EPS_HIGH = 4e-4
 # NaN. Far outside any clip range, so the clamp never changes which responses are clipped.
 MAX_LOG_RATIO = 10.0
 
+# A clip-range bound: one float for every response, or one value per response, shape (N,) (a length-scaled range).
+Epsilon = float | torch.Tensor
+
 
 def sequence_log_ratio(logp: torch.Tensor, logp_old: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """log s_i: the mean token log-ratio over each response's masked tokens, shape (N,).
@@ -37,6 +40,23 @@ def sequence_log_ratio(logp: torch.Tensor, logp_old: torch.Tensor, mask: torch.T
     """
     mask = mask.to(logp.dtype)
     return ((logp - logp_old) * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
+
+
+def length_scaled_epsilons(
+    eps_low: float, eps_high: float, lengths: torch.Tensor, reference_length: int | None
+) -> tuple[Epsilon, Epsilon]:
+    """The clip range each response gets: (eps_low, eps_high) unchanged when `reference_length` is None (the plain
+    range), else per response eps * sqrt(reference_length / L), both sides, shape (N,).
+
+    Why: under independent per-token drift the spread of log s_i falls like 1/sqrt(L) (the explainer's simulation), so
+    a fixed range clips short responses far more often than long ones. Scaling both bounds by the same law keeps the
+    share clipped the same at every length; at L = reference_length the range is the configured one. A response with
+    no tokens is treated as one token long (it is never counted in the statistics).
+    """
+    if reference_length is None:
+        return eps_low, eps_high
+    scale = torch.sqrt(reference_length / lengths.detach().double().clamp(min=1.0))
+    return eps_low * scale, eps_high * scale
 
 
 def response_advantage(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -55,8 +75,8 @@ def gspo_token_objective(
     logp_old: torch.Tensor,
     advantages: torch.Tensor,
     mask: torch.Tensor,
-    eps_low: float = EPS_LOW,
-    eps_high: float = EPS_HIGH,
+    eps_low: Epsilon = EPS_LOW,
+    eps_high: Epsilon = EPS_HIGH,
     max_log_ratio: float = MAX_LOG_RATIO,
     delta: float | None = None,
     token_log_ratio_clip: float | None = None,
@@ -68,6 +88,8 @@ def gspo_token_objective(
         logp_old: (N, T) the same under the policy that sampled them (no gradient).
         advantages: (N,) one per response, or (N, T) one per token.
         mask: (N, T) 1 on completion tokens, 0 on padding.
+        eps_low, eps_high: the clip range [1 - eps_low, 1 + eps_high]: floats, or (N,) tensors of one range per
+            response (`length_scaled_epsilons`).
         delta: TRL's `delta` (INTELLECT-2): the unclipped ratio is capped at it, so a negative-advantage response with
             s_i > delta has no gradient. None (default) caps nothing.
         token_log_ratio_clip: GMPO's per-token clamp c (`clamp_token_log_ratios`): before the mean, each token's
@@ -92,7 +114,7 @@ def gspo_token_objective(
     ratio = torch.exp(log_s_token)
     adv = advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages
     unclipped = ratio if delta is None else torch.clamp(ratio, max=delta)
-    surrogate = torch.minimum(unclipped * adv, torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high) * adv)
+    surrogate = torch.minimum(unclipped * adv, clamp_to_range(ratio, eps_low, eps_high) * adv)
     return surrogate, log_s, ratio.detach()
 
 
@@ -117,8 +139,8 @@ def one_token_clips(
     mask: torch.Tensor,
     clipped_low: torch.Tensor,
     clipped_high: torch.Tensor,
-    eps_low: float,
-    eps_high: float,
+    eps_low: Epsilon,
+    eps_high: Epsilon,
 ) -> torch.Tensor:
     """Which clipped responses are clipped because of one token, shape (N,) bool.
 
@@ -139,14 +161,30 @@ def one_token_clips(
     largest = log_ratio.masked_fill(~mask, float("-inf")).amax(-1)
     smallest = log_ratio.masked_fill(~mask, float("inf")).amin(-1)
     rest = (lengths - 1).clamp(min=1).to(total.dtype)
+    # A length-scaled range has one bound per response: those of the rows looked at.
+    eps_low, eps_high = (e[rows] if isinstance(e, torch.Tensor) and e.dim() else e for e in (eps_low, eps_high))
     _, rest_above = outside_clip_range((total - largest.clamp(min=-1e30)) / rest, eps_low, eps_high)
     rest_below, _ = outside_clip_range((total - smallest.clamp(max=1e30)) / rest, eps_low, eps_high)
     one_token[rows] = ((clipped_high[rows] & ~rest_above) | (clipped_low[rows] & ~rest_below)) & (lengths >= 2)
     return one_token
 
 
-def outside_clip_range(log_s: torch.Tensor, eps_low: float, eps_high: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Where s_i = exp(log_s) lies outside [1 - eps_low, 1 + eps_high]: (below, above) boolean masks.
+def clamp_to_range(ratio: torch.Tensor, eps_low: Epsilon, eps_high: Epsilon) -> torch.Tensor:
+    """clip(ratio, 1 - eps_low, 1 + eps_high) for ratios of shape (N,) or (N, T), with float or (N,) bounds."""
+    if not isinstance(eps_low, torch.Tensor) and not isinstance(eps_high, torch.Tensor):
+        return torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high)  # the plain range, exactly as before
+
+    def bound(offset: torch.Tensor) -> torch.Tensor:
+        # 1 +- eps in float64, then rounded once to the ratio's dtype, as torch.clamp rounds a float bound.
+        offset = (1.0 + torch.as_tensor(offset, dtype=torch.float64, device=ratio.device)).to(ratio.dtype)
+        return offset.reshape(offset.shape + (1,) * (ratio.dim() - offset.dim())) if offset.dim() else offset
+
+    return torch.clamp(ratio, bound(-torch.as_tensor(eps_low)), bound(torch.as_tensor(eps_high)))
+
+
+def outside_clip_range(log_s: torch.Tensor, eps_low: Epsilon, eps_high: Epsilon) -> tuple[torch.Tensor, torch.Tensor]:
+    """Where s_i = exp(log_s) lies outside [1 - eps_low, 1 + eps_high]: (below, above) boolean masks. The bounds are
+    floats or (N,) tensors, one per response (`length_scaled_epsilons`).
 
     The one definition of the clip range on a ratio; `clipped_sides` adds the advantage's sign.
     """
@@ -155,7 +193,7 @@ def outside_clip_range(log_s: torch.Tensor, eps_low: float, eps_high: float) -> 
 
 
 def clipped_sides(
-    log_s: torch.Tensor, response_adv: torch.Tensor, eps_low: float, eps_high: float
+    log_s: torch.Tensor, response_adv: torch.Tensor, eps_low: Epsilon, eps_high: Epsilon
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Which responses the clip removes from the gradient: (low, high) boolean masks of shape (N,).
 
@@ -186,15 +224,16 @@ def gspo_loss(
     logp_old: torch.Tensor,
     advantages: torch.Tensor,
     mask: torch.Tensor,
-    eps_low: float = EPS_LOW,
-    eps_high: float = EPS_HIGH,
+    eps_low: Epsilon = EPS_LOW,
+    eps_high: Epsilon = EPS_HIGH,
 ) -> tuple[torch.Tensor, dict]:
     """The GSPO loss (to be minimised) and its statistics.
 
     Args:
         logp, logp_old, mask: (N, T); see `gspo_token_objective`.
         advantages: (N,) group-normalised, one per response (GSPO), or (N, T) per token (GSPO-token).
-        eps_low, eps_high: the clip range [1 - eps_low, 1 + eps_high] for s_i.
+        eps_low, eps_high: the clip range [1 - eps_low, 1 + eps_high] for s_i: floats, or (N,) tensors of one range
+            per response (`length_scaled_epsilons`).
 
     Returns:
         loss: a scalar, minus the mean over responses of the per-response mean surrogate.

@@ -180,11 +180,13 @@ def health_warnings(
     """
     import torch
 
+    from .diagnostics_file import clip_range_of_line
     from .health import HealthWarnings
     from .loss import clipped_sides
 
     learning_rates = learning_rates or {}
-    health = HealthWarnings(quiet_steps)
+    buckets = [(b["lo"], b["hi"]) for b in lines[0]["buckets"]] if lines else []
+    health = HealthWarnings(quiet_steps, length_buckets=buckets or None)
     found = []
     quiet_logger = logging.getLogger(HealthWarnings.__module__)
     level = quiet_logger.level
@@ -197,11 +199,13 @@ def health_warnings(
             off = line["off_policy"]
             log_s = torch.tensor(off["log_s"], dtype=torch.float64)
             sign = torch.tensor(off["advantage_sign"], dtype=torch.float64)
-            clipped_low, clipped_high = clipped_sides(log_s, sign, line["epsilon_low"], line["epsilon_high"])
+            length = torch.tensor(off["length"], dtype=torch.float64)
+            clipped_low, clipped_high = clipped_sides(log_s, sign, *clip_range_of_line(line, length))
             window = {
                 "log_s": log_s,
-                "length": torch.tensor(off["length"], dtype=torch.float64),
-                "advantage": sign,
+                "length": length,
+                # The advantages where the line holds them (the length check correlates them), else their signs.
+                "advantage": torch.tensor(off["advantage"], dtype=torch.float64) if "advantage" in off else sign,
                 "clipped_low": clipped_low.double(),
                 "clipped_high": clipped_high.double(),
                 "minibatch": torch.full_like(log_s, 2.0),
@@ -212,6 +216,7 @@ def health_warnings(
                 epsilon=line["epsilon_low"],
                 epsilon_high=line["epsilon_high"],
                 learning_rate=learning_rates.get(line["step"], "unknown"),
+                epsilon_length_scaling=line.get("epsilon_reference_length") is not None,
             )
             before = len(health.history)
             health.check_window(window, args)

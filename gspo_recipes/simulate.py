@@ -6,6 +6,10 @@ log s_i = mean_t log w_it has spread sigma / sqrt(L). A fixed token-level range 
 tokens at every length, while a fixed sequence-level range clips fewer responses as they get longer, and the
 paper's range [1 - 3e-4, 1 + 4e-4] can still leave most responses outside it if sigma is large.
 
+A length-scaled sequence range (`epsilon_length_scaling`: eps * sqrt(L_ref / L) per response) follows that law, so it
+clips the same share at every length; the table shows it beside the plain range (`--reference-length`, default the
+longest length simulated, as the trainer's default L_ref is max_completion_length).
+
 `simulate(...)` returns the table as data (one `LengthRow` per length); the CLI only formats it.
 """
 
@@ -42,11 +46,16 @@ class LengthRow:
     response_frac_outside: float  # fraction of responses with s_i outside the sequence range, either side
     response_frac_low: float  # ... below 1 - eps_low
     response_frac_high: float  # ... above 1 + eps_high
+    # The same responses against the length-scaled range eps * sqrt(reference_length / L) (None when not simulated).
+    scaled_frac_outside: float | None = None
+    scaled_frac_low: float | None = None
+    scaled_frac_high: float | None = None
 
 
 def log_bounds(eps_low: float, eps_high: float) -> tuple[float, float]:
-    """The clip range [1 - eps_low, 1 + eps_high] on a ratio, as bounds on its logarithm."""
-    return math.log1p(-eps_low), math.log1p(eps_high)
+    """The clip range [1 - eps_low, 1 + eps_high] on a ratio, as bounds on its logarithm (a low bound at or below 0,
+    which a length-scaled range gives very short responses, is -inf: nothing is below it)."""
+    return (math.log1p(-eps_low) if eps_low < 1 else -math.inf), math.log1p(eps_high)
 
 
 def simulate_length(
@@ -56,6 +65,7 @@ def simulate_length(
     token_range: tuple[float, float],
     sequence_range: tuple[float, float],
     rng: np.random.Generator,
+    reference_length: int | None = None,
 ) -> LengthRow:
     """Draw `count` responses of `length` tokens, in chunks, and summarise their token and sequence log-ratios."""
     tok_lo, tok_hi = log_bounds(*token_range)
@@ -80,6 +90,14 @@ def simulate_length(
     tok_mean = tok_sum / tokens
     low = float(np.mean(log_s < seq_lo))
     high = float(np.mean(log_s > seq_hi))
+    scaled = {}
+    if reference_length is not None:
+        scale = math.sqrt(reference_length / length)
+        scaled_lo, scaled_hi = log_bounds(sequence_range[0] * scale, sequence_range[1] * scale)
+        scaled_low, scaled_high = float(np.mean(log_s < scaled_lo)), float(np.mean(log_s > scaled_hi))
+        scaled = dict(
+            scaled_frac_outside=scaled_low + scaled_high, scaled_frac_low=scaled_low, scaled_frac_high=scaled_high
+        )
     return LengthRow(
         length=length,
         token_log_ratio_std=math.sqrt(max(tok_sq / tokens - tok_mean**2, 0.0)),
@@ -89,6 +107,7 @@ def simulate_length(
         response_frac_outside=low + high,
         response_frac_low=low,
         response_frac_high=high,
+        **scaled,
     )
 
 
@@ -99,15 +118,24 @@ def simulate(
     token_range: tuple[float, float] = DEFAULT_TOKEN_RANGE,
     sequence_range: tuple[float, float] = DEFAULT_SEQUENCE_RANGE,
     seed: int = 0,
+    reference_length: int | None = None,
 ) -> list[LengthRow]:
-    """The table of `gspo simulate`: one row per response length, in the order given."""
+    """The table of `gspo simulate`: one row per response length, in the order given. With `reference_length`, each
+    row also holds the fractions outside the length-scaled range (the sequence range at that length)."""
     if sigma < 0 or count < 2 or any(length < 1 for length in lengths):
         raise ValueError("need sigma >= 0, count >= 2 and lengths >= 1")
+    if reference_length is not None and reference_length < 1:
+        raise ValueError(f"reference_length must be at least 1 token, got {reference_length}")
     rng = np.random.default_rng(seed)
-    return [simulate_length(length, sigma, count, token_range, sequence_range, rng) for length in lengths]
+    return [
+        simulate_length(length, sigma, count, token_range, sequence_range, rng, reference_length=reference_length)
+        for length in lengths
+    ]
 
 
-def format_table(rows: list[LengthRow], sigma: float, count: int, token_range, sequence_range) -> str:
+def format_table(
+    rows: list[LengthRow], sigma: float, count: int, token_range, sequence_range, reference_length: int | None = None
+) -> str:
     header = (
         f"sigma = {sigma:g} per token, {count:,} responses per length; "
         f"token range (eps_low, eps_high) = ({token_range[0]:g}, {token_range[1]:g}), "
@@ -115,13 +143,21 @@ def format_table(rows: list[LengthRow], sigma: float, count: int, token_range, s
         f"{'length':>7} {'std log w':>10} {'std log s':>10} {'sigma/sqrt(L)':>14} "
         f"{'tokens out':>11} {'responses out':>14} {'(low':>7} {'high)':>7}"
     )
+    if reference_length is not None:
+        header = (
+            f"{header.splitlines()[0]}; length-scaled: the sequence range at L = {reference_length}, "
+            f"x sqrt({reference_length} / L)\n{header.splitlines()[1]} {'scaled out':>11} {'(low':>7} {'high)':>7}"
+        )
     lines = [header]
     for row in rows:
-        lines.append(
+        line = (
             f"{row.length:>7} {row.token_log_ratio_std:>10.4f} {row.log_s_std:>10.5f} {row.reference_std:>14.5f} "
             f"{row.token_frac_outside:>11.2%} {row.response_frac_outside:>14.1%} "
             f"{row.response_frac_low:>7.1%} {row.response_frac_high:>7.1%}"
         )
+        if row.scaled_frac_outside is not None:
+            line += f" {row.scaled_frac_outside:>11.1%} {row.scaled_frac_low:>7.1%} {row.scaled_frac_high:>7.1%}"
+        lines.append(line)
     return "\n".join(lines)
 
 
@@ -161,8 +197,11 @@ def run(args: argparse.Namespace) -> int:
             print("--plot needs matplotlib: pip install 'gspo-recipes[report]'", file=sys.stderr)
             return 1
     token_range, sequence_range = tuple(args.token_range), tuple(args.sequence_range)
-    rows = simulate(args.sigma, args.lengths, args.count, token_range, sequence_range, args.seed)
-    print(format_table(rows, args.sigma, args.count, token_range, sequence_range))
+    reference = None if args.reference_length == 0 else (args.reference_length or max(args.lengths))
+    rows = simulate(
+        args.sigma, args.lengths, args.count, token_range, sequence_range, args.seed, reference_length=reference
+    )
+    print(format_table(rows, args.sigma, args.count, token_range, sequence_range, reference))
     if args.outlier_shift:  # one-token clips, with and without the clamp (gspo_recipes/simulate_outliers.py)
         from .simulate_outliers import format_outlier_table, simulate_outliers
 
@@ -216,6 +255,13 @@ def register(subparsers) -> argparse.ArgumentParser:
         default=None,
         metavar="C",
         help="with --outlier-shift: also show the figures with GSPOConfig.token_log_ratio_clip = C",
+    )
+    parser.add_argument(
+        "--reference-length",
+        type=int,
+        default=None,
+        metavar="L",
+        help="L_ref of the length-scaled range shown beside the plain one (default: the longest length; 0: hide it)",
     )
     parser.add_argument("--plot", metavar="PATH", help="also write a figure (PNG) here; needs matplotlib")
     parser.set_defaults(func=run)

@@ -32,6 +32,7 @@ from .loss import (
     clamp_token_log_ratios,
     clipped_sides,
     gspo_token_objective,
+    length_scaled_epsilons,
     mean_over_responses,
     one_token_clips,
     response_advantage,
@@ -97,8 +98,15 @@ class GSPOTrainer(GRPOTrainer):
             self._hand_loss_to_trl(args)
         # Per-response statistics are kept only while a consumer (a diagnostics callback) drains them.
         self.response_stats = None
+        # L_ref of the length-scaled clip range (epsilon_length_scaling), None for the plain range: every statistic
+        # that judges clipping reads it here (length_scaled_epsilons).
+        self.epsilon_reference_length = args.resolved_epsilon_reference_length
         steps = args.epsilon_calibration_steps
-        self.calibration = EpsilonCalibration(steps, args.epsilon_target_clip) if steps else None
+        self.calibration = (
+            EpsilonCalibration(steps, args.epsilon_target_clip, reference_length=self.epsilon_reference_length)
+            if steps
+            else None
+        )
         # Groups that carry signal: gspo/groups/* always, dynamic sampling when asked (gspo_recipes/dynamic_sampling.py)
         self.group_health = GroupHealth(self)
         self.dynamic_sampler = None
@@ -134,6 +142,12 @@ class GSPOTrainer(GRPOTrainer):
             raise ValueError(
                 "token_log_ratio_clip clamps token log-ratios in GSPOTrainer's own loss, which is off because of "
                 f"{', '.join(self._handed_to_trl)}. Remove those settings or set token_log_ratio_clip=None."
+            )
+        if getattr(args, "epsilon_length_scaling", False):
+            raise ValueError(
+                "epsilon_length_scaling works with GSPOTrainer's own loss, which is off because of "
+                f"{', '.join(self._handed_to_trl)}: TRL's loss would clip with the plain range. Remove those settings "
+                "or set epsilon_length_scaling=False."
             )
         if args.epsilon_calibration_steps:
             raise ValueError(
@@ -178,12 +192,15 @@ class GSPOTrainer(GRPOTrainer):
             return
         logger.warning(
             "Calibrated the clip range after %d optimizer steps to clip %.0f%% of the off-policy responses per side: "
-            "epsilon=%.3g, epsilon_high=%.3g (was %.3g, %.3g).",
+            "epsilon=%.3g, epsilon_high=%.3g (was %.3g, %.3g)%s.",
             self.state.global_step,
             100 * self.calibration.target_clip,
             self.epsilon_low,
             self.epsilon_high,
             *current,
+            ""
+            if self.epsilon_reference_length is None
+            else f" at the reference length {self.epsilon_reference_length}, scaled by sqrt(L_ref / L) per response",
         )
 
     def _save_checkpoint(self, model, trial):
@@ -229,14 +246,18 @@ class GSPOTrainer(GRPOTrainer):
         if old_per_token_logps is None:  # exactly on-policy: TRL skips the old forward pass
             old_per_token_logps = per_token_logps.detach()
         advantages = inputs["advantages"]
+        # Floats (the plain range), or one range per response with epsilon_length_scaling.
+        eps_low, eps_high = length_scaled_epsilons(
+            self.epsilon_low, self.epsilon_high, mask.sum(-1), self.epsilon_reference_length
+        )
 
         surrogate, log_s, _ = gspo_token_objective(
             per_token_logps,
             old_per_token_logps,
             advantages,
             mask,
-            self.epsilon_low,
-            self.epsilon_high,
+            eps_low,
+            eps_high,
             delta=self.args.delta,
             token_log_ratio_clip=self.args.token_log_ratio_clip,
         )
@@ -269,7 +290,7 @@ class GSPOTrainer(GRPOTrainer):
             _trl.metric_store(self, mode)["aux_loss"].append(self.accelerator.gather(aux_loss.detach()).mean().item())
 
         response_adv = response_advantage(advantages, mask)
-        low, high = clipped_sides(log_s, response_adv, self.epsilon_low, self.epsilon_high)
+        low, high = clipped_sides(log_s, response_adv, eps_low, eps_high)
         lengths = mask.sum(-1)
         self._log_loss_metrics(mode, mask, entropies, low, high, lengths, per_token_kl)
         metrics = _trl.metric_store(self, mode)
@@ -282,7 +303,7 @@ class GSPOTrainer(GRPOTrainer):
                 log_ratio = per_token_logps.detach() - old_per_token_logps
                 if self.args.token_log_ratio_clip is not None:  # judged on what the loss averaged
                     log_ratio = clamp_token_log_ratios(log_ratio, response_adv, self.args.token_log_ratio_clip)[0]
-                one_token = one_token_clips(log_ratio, mask, low, high, self.epsilon_low, self.epsilon_high)
+                one_token = one_token_clips(log_ratio, mask, low, high, eps_low, eps_high)
             self._record_responses(log_s, lengths, response_adv, low, high, one_token)
         return loss
 
@@ -307,7 +328,7 @@ class GSPOTrainer(GRPOTrainer):
         if self.response_stats is not None:
             self.response_stats.record(log_s, lengths, response_adv, low, high, minibatch, one_token=one_token)
         if self.calibration is not None and not self.calibration.done and minibatch > 1:
-            self.calibration.collect(log_s, response_adv, lengths > 0)
+            self.calibration.collect(log_s, response_adv, lengths > 0, lengths=lengths)
 
     def _log_loss_metrics(self, mode, mask, entropies, low, high, lengths, per_token_kl) -> None:
         """TRL's metric names and meanings, so existing dashboards keep working; clip ratios count responses."""

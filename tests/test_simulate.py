@@ -119,3 +119,28 @@ def test_cli_prints_the_outlier_table_with_and_without_the_clamp(capsys):
     row = capsys.readouterr().out.strip().splitlines()[-1].split()
     assert row[0] == "64" and all(cell.endswith("%") for cell in row[1:3])  # with the clamp's columns filled
     assert row[3].endswith("%")
+
+
+def test_length_scaled_range_clips_the_same_share_at_every_length():
+    """sigma = 0.01 with the paper's range: the plain range clips nearly every 16-token response and few 4096-token
+    ones; scaled from L_ref = 4096 it clips at every length what the plain range clips at 4096."""
+    lengths = [16, 256, 4096]
+    rows = sim.simulate(sigma=0.01, lengths=lengths, count=4000, seed=5, reference_length=4096)
+    expected = expected_token_fraction(0.01 / math.sqrt(4096), *sim.DEFAULT_SEQUENCE_RANGE)  # the share at L_ref
+    assert rows[0].response_frac_outside > 0.8 and rows[-1].response_frac_outside < 0.1
+    for row in rows:
+        # 4,000 draws: the standard error of a share near 0.06 is 0.004; 0.015 is over three of those.
+        assert row.scaled_frac_outside == pytest.approx(expected, abs=0.015)
+        assert row.scaled_frac_outside == pytest.approx(row.scaled_frac_low + row.scaled_frac_high)
+    assert rows[-1].scaled_frac_outside == rows[-1].response_frac_outside  # at L_ref the ranges are the same
+    assert sim.simulate(sigma=0.01, lengths=[16], count=10)[0].scaled_frac_outside is None  # not asked: not shown
+
+
+def test_cli_shows_the_scaled_range_beside_the_plain_one(capsys):
+    assert run_subcommand(["--count", "500", "--lengths", "16", "64", "--sigma", "0.01"]) == 0
+    out = capsys.readouterr().out
+    assert "scaled out" in out and "x sqrt(64 / L)" in out
+    rows = [line.split() for line in out.splitlines() if line.strip() and line.split()[0].isdigit()]
+    assert all(len(r) == 11 for r in rows) and rows[-1][8] == rows[-1][5]  # at L_ref both ranges agree
+    assert run_subcommand(["--count", "500", "--lengths", "16", "--reference-length", "0"]) == 0
+    assert "scaled out" not in capsys.readouterr().out

@@ -18,7 +18,7 @@ import math
 import torch
 
 from .._trl import loss_mask, metric_store
-from ..loss import outside_clip_range
+from ..loss import length_scaled_epsilons, outside_clip_range
 
 logger = logging.getLogger(__name__)
 
@@ -70,9 +70,11 @@ def clipping_side(log_s: torch.Tensor, eps_low: float, eps_high: float) -> str |
     """The side(s) the mismatch alone clips: "high", "low", "both" or None.
 
     A side counts when the mean mismatch is beyond its bound, or more than `WARN_OUTSIDE_FRAC` of the responses are.
+    With a length-scaled range (one bound per response) the mean is held against the mean bound.
     """
     below, above = outside_clip_range(log_s, eps_low, eps_high)
-    mean_below, mean_above = (flag.item() for flag in outside_clip_range(log_s.mean().reshape(1), eps_low, eps_high))
+    mean_low, mean_high = (float(eps.mean()) if isinstance(eps, torch.Tensor) else eps for eps in (eps_low, eps_high))
+    mean_below, mean_above = (flag.item() for flag in outside_clip_range(log_s.mean().reshape(1), mean_low, mean_high))
     high = mean_above or above.float().mean().item() > WARN_OUTSIDE_FRAC
     low = mean_below or below.float().mean().item() > WARN_OUTSIDE_FRAC
     return {(True, True): "both", (True, False): "high", (False, True): "low"}.get((high, low))
@@ -83,6 +85,7 @@ class MismatchMonitor:
         self.trainer, self.steps, self.sampler_mode = trainer, steps, sampler_mode
         self._next_step = 0
         self._warned_side: str | None = None
+        self._clip_range = None  # (eps_low, eps_high) of the batch compared last: floats, or one per response
 
     def due(self) -> bool:
         """Whether this generation batch is compared (every `steps` optimizer steps)."""
@@ -97,14 +100,19 @@ class MismatchMonitor:
         sampler_logps = output.get("sampling_per_token_logps")
         if sampler_logps is None:  # this generator gives none (transformers continuous batching)
             return
-        log_s, has_tokens, token_max = mismatch_log_ratio(trainer_logps, sampler_logps, loss_mask(output))
+        mask = loss_mask(output)
+        log_s, has_tokens, token_max = mismatch_log_ratio(trainer_logps, sampler_logps, mask)
         log_s = t.accelerator.gather(log_s)
         has_tokens = t.accelerator.gather(has_tokens.long()).bool()  # no bool collectives on some backends
+        lengths = t.accelerator.gather(mask.sum(-1))[has_tokens]  # the clip range the loss gives each response
         token_max = t.accelerator.gather(token_max.reshape(1)).max().item()
         log_s = log_s[has_tokens]
         if log_s.numel() == 0:
             return
-        below, above = outside_clip_range(log_s, t.epsilon_low, t.epsilon_high)
+        self._clip_range = length_scaled_epsilons(
+            t.epsilon_low, t.epsilon_high, lengths, getattr(t, "epsilon_reference_length", None)
+        )
+        below, above = outside_clip_range(log_s, *self._clip_range)
         metrics = metric_store(t)
         metrics[MISMATCH_PREFIX + "log_s_mean"].append(log_s.mean().item())
         metrics[MISMATCH_PREFIX + "log_s_std"].append(log_s.std(correction=0).item())
@@ -115,14 +123,16 @@ class MismatchMonitor:
     def _warn_if_clipping(self, log_s: torch.Tensor) -> None:
         """Warn when the mismatch alone would clip; again only after it has gone back inside."""
         t = self.trainer
-        side = clipping_side(log_s, t.epsilon_low, t.epsilon_high)
+        side = clipping_side(log_s, *self._clip_range)
         if side == self._warned_side:
             return
         self._warned_side = side
         if side is None:
             return
-        below, above = outside_clip_range(log_s, t.epsilon_low, t.epsilon_high)
+        below, above = outside_clip_range(log_s, *self._clip_range)
         high_bound, low_bound = f"1 + epsilon_high = {1 + t.epsilon_high:.6g}", f"1 - epsilon = {1 - t.epsilon_low:.6g}"
+        if getattr(t, "epsilon_reference_length", None) is not None:
+            high_bound, low_bound = (f"{b} (at length {t.epsilon_reference_length})" for b in (high_bound, low_bound))
         share, bound, responses = {
             "high": (above.float().mean().item(), high_bound, "a positive advantage"),
             "low": (below.float().mean().item(), low_bound, "a negative advantage"),
