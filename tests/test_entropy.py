@@ -43,9 +43,16 @@ def test_warm_up_windows_and_windows_without_tokens_are_left_out():
     assert check.early_level == pytest.approx(2.0)
 
 
-@pytest.mark.parametrize(
-    "settings", [dict(fraction=0.0), dict(fraction=1.0), dict(window=0), dict(early_windows=1.5), dict(warmup_windows=-1)]
-)
+BAD_SETTINGS = [
+    dict(fraction=0.0),
+    dict(fraction=1.0),
+    dict(window=0),
+    dict(early_windows=1.5),
+    dict(warmup_windows=-1),
+]
+
+
+@pytest.mark.parametrize("settings", BAD_SETTINGS)
 def test_bad_settings_name_the_field(settings):
     with pytest.raises(ValueError, match=next(iter(settings))):
         EntropyCollapseCheck(**settings)
