@@ -151,3 +151,30 @@ def test_the_routing_monitor_hands_its_warning_to_the_hook(caplog):
     assert given == [("routing_not_measured", "Routing volatility is off: the MoE layers' hooks saw no forward "
                       "call (a hub kernel?).")]  # fmt: skip
     assert not monitor.measure
+
+
+def test_wasted_rollouts_in_the_run_quotes_the_calibrated_epsilon_high_not_the_configured_one(
+    tmp_path, tiny, prompt_dataset, caplog
+):
+    """The trainer's range after calibration (1e-3, 2e-3) against the config's 4e-4: the fix names the one in force."""
+    import logging
+
+    import torch
+    from transformers import TrainerControl, TrainerState
+
+    model, tokenizer = tiny
+    cfg = tiny_config(tmp_path, gspo_diagnostics=False)
+    trainer = GSPOTrainer(model=model, reward_funcs=digit_count_reward, args=cfg, processing_class=tokenizer,
+                          train_dataset=prompt_dataset)  # fmt: skip
+    trainer.epsilon_low, trainer.epsilon_high = 1e-3, 2e-3
+    callback = ClipFractionByLengthCallback(trainer, min_responses=4)
+    state = TrainerState(max_steps=100)
+    log_s, adv = torch.tensor([5e-3] * 8), torch.tensor([1.0, -1.0] * 4)
+    with caplog.at_level(logging.WARNING, logger="gspo_recipes.health"):
+        for _ in range(2):
+            trainer.response_stats.record(log_s, torch.full((8,), 5), adv, torch.zeros(8, dtype=torch.bool),
+                                          adv > 0, minibatch=2)  # fmt: skip
+            state.global_step += 1
+            callback.on_step_end(cfg, state, TrainerControl(should_log=True))
+    assert cfg.epsilon_high == 4e-4
+    assert "widen epsilon_high (now 0.002)" in caplog.text and "0.0004" not in caplog.text
