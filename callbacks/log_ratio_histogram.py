@@ -12,7 +12,10 @@ The run's last step closes a window too (`window_ends`), so no response is left 
 multiple of logging_steps. On resume the file keeps the lines up to the checkpoint's step and continues from there,
 and the responses of the window open at the checkpoint (saved with it) count in the next line. Other callbacks add
 sections to a line by putting them in `trainer.gspo_diagnostics_sections` in their `on_step_end` when `window_ends`
-(the line is written at `on_log`, after every callback's `on_step_end`). Copy this file into your project freely; it
+(the line is written at `on_log`, after every callback's `on_step_end`). Each line also records whether the clip
+range was being calibrated (`calibrating`), whether it changed within the window (`clip_range_changed`) and which
+clip the loss applied (`applied_clip`: "sequence", "token" or None), so that `gspo report` replays the health
+warnings as the run judged them. Copy this file into your project freely; it
 needs gspo-recipes installed.
 """
 
