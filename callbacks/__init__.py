@@ -11,6 +11,7 @@ from gspo_recipes.moe import is_moe_model
 from gspo_recipes.response_stats import ResponseStats
 
 from .clip_fraction import ClipFractionByLengthCallback
+from .entropy_collapse import EntropyCollapseCallback
 from .log_ratio_histogram import LogRatioHistogramCallback
 from .reward_hacking import CODE_REWARDS, RewardHackingCallback
 from .routing_volatility import RoutingVolatilityCallback
@@ -18,8 +19,13 @@ from .routing_volatility import RoutingVolatilityCallback
 
 def default_callbacks(trainer) -> list:
     """The callbacks `GSPOTrainer` registers when `gspo_diagnostics` is on: reward hacking with a code reward,
-    routing volatility for MoE models only."""
-    callbacks = [ClipFractionByLengthCallback(trainer), LogRatioHistogramCallback(trainer)]
+    routing volatility for MoE models only. The entropy check comes before the diagnostics file's writer, so that a
+    warning it gives at a log lands in that step's line."""
+    callbacks = [
+        ClipFractionByLengthCallback(trainer),
+        EntropyCollapseCallback(trainer),
+        LogRatioHistogramCallback(trainer),
+    ]
     if any(name in CODE_REWARDS for name in getattr(trainer, "reward_func_names", [])):
         callbacks.append(RewardHackingCallback(trainer))
     if is_moe_model(trainer.model):
@@ -30,6 +36,7 @@ def default_callbacks(trainer) -> list:
 __all__ = [
     "DIAGNOSTICS_FILE",
     "ClipFractionByLengthCallback",
+    "EntropyCollapseCallback",
     "HealthWarnings",
     "LogRatioHistogramCallback",
     "ResponseStats",

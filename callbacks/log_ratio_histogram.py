@@ -12,7 +12,10 @@ The run's last step closes a window too (`window_ends`), so no response is left 
 multiple of logging_steps. On resume the file keeps the lines up to the checkpoint's step and continues from there,
 and the responses of the window open at the checkpoint (saved with it) count in the next line. Other callbacks add
 sections to a line by putting them in `trainer.gspo_diagnostics_sections` in their `on_step_end` when `window_ends`
-(the line is written at `on_log`, after every callback's `on_step_end`). Copy this file into your project freely; it
+(the line is written at `on_log`, after every callback's `on_step_end`). Each line also records whether the clip
+range was being calibrated (`calibrating`), whether it changed within the window (`clip_range_changed`) and which
+clip the loss applied (`applied_clip`: "sequence", "token" or None), so that `gspo report` replays the health
+warnings as the run judged them. Copy this file into your project freely; it
 needs gspo-recipes installed.
 """
 
@@ -24,10 +27,12 @@ import os
 import torch
 from transformers import TrainerCallback
 
-from gspo_recipes._trl import add_to_trainer_logs, attach_response_stats, has_off_policy_minibatches
+from gspo_recipes._trl import add_to_trainer_logs, applied_clip, attach_response_stats, has_off_policy_minibatches
 from gspo_recipes.diagnostics_file import append_line, diagnostics_path, keep_lines_up_to
 from gspo_recipes.response_stats import bucket_label, checkpoint_folder, off_policy_responses, window_ends
 from gspo_recipes.response_stats import length_buckets as make_length_buckets
+
+from .clip_fraction import calibrating
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +54,7 @@ class LogRatioHistogramCallback(TrainerCallback):
         self.buckets = make_length_buckets(trainer.args.max_completion_length, length_buckets)
         self.path = diagnostics_path(trainer.args.output_dir)
         self.pending_line: dict | None = None  # built at on_step_end, written at on_log
+        self.clip_ranges: set[tuple[float, float]] = set()  # the clip ranges the current window's steps trained with
         trainer.__dict__.setdefault("gspo_diagnostics_sections", {})  # other callbacks' additions to the next line
 
     def on_train_begin(self, args, state, control, **kwargs):
@@ -64,9 +70,12 @@ class LogRatioHistogramCallback(TrainerCallback):
         )
 
     def on_step_end(self, args, state, control, **kwargs):
+        # The range this step's loss clipped with (calibration changes it at the start of a step's loss).
+        self.clip_ranges.add((self.trainer.epsilon_low, self.trainer.epsilon_high))
         if not window_ends(state, control):
             return
         window = self.stats.window(state.global_step, self.trainer.accelerator)
+        ranges, self.clip_ranges = self.clip_ranges, set()
         if window["log_s"].numel() == 0:
             return
         selected = off_policy_responses(window, not has_off_policy_minibatches(self.trainer.args))
@@ -80,6 +89,11 @@ class LogRatioHistogramCallback(TrainerCallback):
         self.pending_line = diagnostics_line(
             state.global_step, window, selected, counts, edges, self.buckets, self.trainer
         )
+        # What `gspo report` needs to replay the clip health warnings as the run judged them: whether the window's
+        # clips were made under one range, and whether the loss applied this clip at all.
+        self.pending_line["clip_range_changed"] = len(ranges) > 1
+        self.pending_line["calibrating"] = calibrating(self.trainer)
+        self.pending_line["applied_clip"] = applied_clip(self.trainer)
 
     def on_log(self, args, state, control, **kwargs):
         sections = self.trainer.gspo_diagnostics_sections
@@ -94,8 +108,9 @@ class LogRatioHistogramCallback(TrainerCallback):
             append_line(self.path, line)
 
     def on_train_end(self, args, state, control, **kwargs):
-        # The last window's line goes out with the Trainer's closing summary log; should that log not come, here.
-        if self.pending_line is not None:
+        # The last window's line goes out with the Trainer's closing summary log; should that log not come, here. So
+        # do sections staged after the last line was written (a warning given in a later callback's on_log).
+        if self.pending_line is not None or self.trainer.gspo_diagnostics_sections:
             self.on_log(args, state, control)
 
 

@@ -21,6 +21,7 @@ from transformers import TrainerCallback
 
 from gspo_recipes.response_stats import window_ends
 from gspo_recipes.rewards.code.hacking import PATTERNS, SUSPICIOUS_COUNTS
+from gspo_recipes.run_warnings import record_warning
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +53,10 @@ class RewardHackingCallback(TrainerCallback):
         if section["completions"] == 0:
             return
         self.trainer.__dict__.setdefault("gspo_diagnostics_sections", {})["reward_hacking"] = section
+        given = len(self.warnings.history)
         self.warnings.observe(section)
+        for warning in self.warnings.history[given:]:  # for gspo report's list of the run's warnings
+            record_warning(self.trainer, warning["kind"], warning["message"])
 
     def collect(self) -> dict:
         """The counts since the last logging step, summed over processes (a collective: every rank calls it)."""

@@ -27,8 +27,9 @@ import torch
 from transformers import TrainerCallback
 
 from gspo_recipes._trl import attach_routing, metric_store, micro_steps_per_generation, recomputes_old_logps
-from gspo_recipes.moe.monitor import routing_shares
+from gspo_recipes.moe.monitor import ROUTING_NOT_MEASURED, routing_shares
 from gspo_recipes.response_stats import window_ends
+from gspo_recipes.run_warnings import record_warning
 
 logger = logging.getLogger(__name__)
 SECTION = "routing"
@@ -44,12 +45,16 @@ class RoutingVolatilityCallback(TrainerCallback):
         if self.monitor is None:
             return
         self.monitor.measure = True
+        self.monitor.on_warning = lambda kind, message: record_warning(trainer, kind, message)  # for gspo report
         sampler = getattr(trainer.args, "old_logps_source", "recompute") == "sampler"
-        if sampler and recomputes_old_logps(trainer) and trainer.accelerator.is_main_process:
-            logger.warning(
+        if sampler and recomputes_old_logps(trainer):
+            message = (
                 "Routing volatility is not measured with old_logps_source='sampler': the old policy's routes come "
                 "from its forward pass, which the sampler's log-probabilities replace. Use 'recompute' to see it."
             )
+            record_warning(trainer, ROUTING_NOT_MEASURED, message)  # listed with the first diagnostics line
+            if trainer.accelerator.is_main_process:
+                logger.warning(message)
 
     def on_step_end(self, args, state, control, **kwargs):
         if self.monitor is None:

@@ -18,7 +18,7 @@ import torch
 
 from .calibration import calibrate_epsilons, length_normalised
 from .calibration import nan_to as _zero_nan
-from .diagnostics_file import DIAGNOSTICS_FILE, read_diagnostics
+from .diagnostics_file import DIAGNOSTICS_FILE, has_responses, read_diagnostics
 from .loss import clipped_sides, length_scaled_epsilons
 
 
@@ -50,7 +50,11 @@ def _share(flags: torch.Tensor, selected: torch.Tensor) -> float:
 
 def read_off_policy(path: str, max_step: int | None = None) -> dict:
     """Pool the off-policy log s_i, advantage signs and lengths of a diagnostics file (up to `max_step`)."""
-    lines = [line for line in read_diagnostics(path) if max_step is None or line["step"] <= max_step]
+    lines = [
+        line
+        for line in read_diagnostics(path)
+        if has_responses(line) and (max_step is None or line["step"] <= max_step)  # not the sections-only lines
+    ]
     log_s, sign, length = [], [], []
     for line in lines:
         off = line["off_policy"]

@@ -11,6 +11,7 @@ import json
 import os
 
 DIAGNOSTICS_FILE = "gspo_diagnostics.jsonl"
+WARNINGS = "warnings"  # the section gspo_recipes/run_warnings.py writes
 
 
 def diagnostics_path(output_dir: str) -> str:
@@ -18,7 +19,11 @@ def diagnostics_path(output_dir: str) -> str:
 
 
 def read_diagnostics(path: str) -> list[dict]:
-    """The complete lines sorted by step; the last line wins for a repeated step, unparsable lines are skipped."""
+    """The complete lines sorted by step; unparsable lines are skipped. Lines of a repeated step merge (the later one's
+    fields win, the warnings of both are kept): the writer adds one for sections staged after the step's line went out.
+
+    A line may hold only sections (`{"step": N, "groups": ...}`: a step without responses): readers take its
+    response fields with `.get`."""
     by_step = {}
     with open(path) as f:
         for text in f:
@@ -26,9 +31,19 @@ def read_diagnostics(path: str) -> list[dict]:
                 line = json.loads(text)
             except json.JSONDecodeError:
                 continue
-            if isinstance(line, dict) and "step" in line:
-                by_step[line["step"]] = line
+            if not (isinstance(line, dict) and "step" in line):
+                continue
+            earlier = by_step.get(line["step"])
+            if earlier is not None:
+                warnings = (earlier.get(WARNINGS) or []) + (line.get(WARNINGS) or [])
+                line = {**earlier, **line, **({WARNINGS: warnings} if warnings else {})}
+            by_step[line["step"]] = line
     return [by_step[step] for step in sorted(by_step)]
+
+
+def has_responses(line: dict) -> bool:
+    """Whether a line holds a window's responses (histogram, buckets, off-policy values), not only sections."""
+    return isinstance(line.get("off_policy"), dict)
 
 
 def append_line(path: str, line: dict) -> None:

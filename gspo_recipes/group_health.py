@@ -11,6 +11,7 @@ import logging
 import torch
 
 from . import _trl
+from .run_warnings import record_warning
 from .stats.groups import LowSignalWarning, add_counts, group_counts, group_fractions, signal_reward_index
 
 logger = logging.getLogger(__name__)
@@ -26,6 +27,7 @@ class GroupHealth:
         self.index = signal_reward_index(self.names, getattr(args, "dynamic_sampling_reward", None))
         self.eps = float(getattr(args, "zero_std_epsilon", 1e-6))
         self.warning = LowSignalWarning(dynamic_sampling=bool(getattr(args, "dynamic_sampling", False)))
+        self.warning.emit = trainer.accelerator.is_main_process  # judged on rewards gathered from every process
         self.signal: torch.Tensor | None = None  # signal rewards of the last scored batch, all processes, in order
         if self.index is None:
             logger.warning(
@@ -58,7 +60,9 @@ class GroupHealth:
         sections = self.trainer.__dict__.get("gspo_diagnostics_sections")
         if sections is not None:  # the diagnostics file is written (gspo_diagnostics on): sums since the last line
             sections["groups"] = add_counts(sections.get("groups"), {"batches": 1, **counts})
-        self.warning.update(counts)
+        message = self.warning.update(counts)
+        if message is not None:  # for gspo report's list of the run's warnings
+            record_warning(self.trainer, "low_signal", message)
         return counts
 
     def after_round(self, filling: bool) -> None:

@@ -129,11 +129,13 @@ class HealthWarnings:
             return
         high, low = (self.pending[1] / self.pending[0]).item(), (self.pending[3] / self.pending[2]).item()
         self.pending = None
+        # The range in force (the trainer's, after any calibration), not the configured one.
+        epsilon_high = self.clip_range[1] if self.clip_range is not None else args.epsilon_high
         self._set(
             "wasted_rollouts",
             high > 0.5,
             f"GSPO health: {high:.0%} of positive-advantage responses are clipped on minibatches 2..k, so most "
-            f"rollouts are wasted. Fix: widen epsilon_high (now {args.epsilon_high}) or lower the learning rate "
+            f"rollouts are wasted. Fix: widen epsilon_high (now {epsilon_high:g}) or lower the learning rate "
             f"(now {args.learning_rate}); `gspo calibrate` picks a range from data.",
         )
         one_sided = (low > 0.5 and high < 0.05) or (high > 0.5 and low < 0.05)

@@ -4,7 +4,8 @@ Writes next to the diagnostics file: the clip fraction per length bucket over st
 of log s_i over steps, the spread of log s_i against response length (log-log, with a c/sqrt(L) line fitted through
 the points), reward over steps, for MoE runs the routing change per minibatch and per layer
 (gspo_recipes/report_routing.py), the groups that carry signal (gspo_recipes/report_groups.py), and
-`gspo_report.txt`, the summary printed to the console, with the health warnings recomputed from the recorded
+`gspo_report.txt`, the summary printed to the console: the warnings the run gave (recorded in the diagnostics file as
+they fired), then the clip health warnings recomputed from the recorded
 off-policy responses.
 
 The helpers below are pure functions over the parsed JSON lines, so that tests and notebooks can call them.
@@ -24,11 +25,12 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from .diagnostics_file import DIAGNOSTICS_FILE, read_diagnostics
+from .diagnostics_file import DIAGNOSTICS_FILE, has_responses, read_diagnostics
 from .report_figures import plot_clip_fractions, plot_heatmap, plot_reward, plot_spread
 from .report_groups import GROUPS_FIGURE, groups_summary, plot_groups
 from .report_one_token import ONE_TOKEN_FIGURE, one_token_summary, plot_one_token
 from .report_routing import ROUTING_FIGURE, plot_routing, routing_summary
+from .run_warnings import recorded_warnings
 
 STATE_FILE = "trainer_state.json"
 SUMMARY_FILE = "gspo_report.txt"
@@ -172,11 +174,15 @@ def learning_rates_by_step(log_history: list[dict]) -> dict[int, float]:
 def health_warnings(
     lines: list[dict], learning_rates: dict[int, float] | None = None, quiet_steps: int = 20
 ) -> list[dict]:
-    """The callback's health warnings, replayed over the recorded off-policy responses: {step, kind, message}.
+    """The clip callback's health warnings, replayed over the recorded off-policy responses: {step, kind, message}.
 
     Clips are recomputed from the rounded log s_i and the line's epsilons (high: s_i > 1 + epsilon_high with A > 0;
-    low: s_i < 1 - epsilon_low with A < 0), and all values count as minibatch 2. The on-policy warning is given
-    (at the first step) when no window ever held a minibatch after the first.
+    low: s_i < 1 - epsilon_low with A < 0), and all values count as minibatch 2. As in the run, a window recorded
+    while the clip range was being calibrated, or whose range changed within it, is not judged and restarts the
+    judgement, and so does a change of range between windows; a window whose loss applied another clip than the
+    sequence clip (`applied_clip`: token-level ratios, SAPO, ...) gets no clip warning at all. The on-policy warning
+    is given (at the first step) when no window ever held a minibatch after the first. Lines written before these
+    fields existed count as sequence-clip windows under one range. Lines with only sections are skipped.
     """
     import torch
 
@@ -191,11 +197,15 @@ def health_warnings(
     quiet_logger = logging.getLogger(HealthWarnings.__module__)
     level = quiet_logger.level
     quiet_logger.setLevel(logging.ERROR)  # the report prints them itself
+    lines = [line for line in lines if has_responses(line) and line.get("applied_clip", "sequence") == "sequence"]
     try:
         if lines and not any(int(k) > 1 for line in lines for k in line["minibatches"]):
             health.check_setup(on_policy=True)
             found.append({"step": lines[0]["step"], **health.history[-1]})
         for line in lines:
+            if line.get("calibrating") or line.get("clip_range_changed"):  # judged nothing in the run either
+                health.restart()
+                continue
             off = line["off_policy"]
             log_s = torch.tensor(off["log_s"], dtype=torch.float64)
             sign = torch.tensor(off["advantage_sign"], dtype=torch.float64)
@@ -219,7 +229,7 @@ def health_warnings(
                 epsilon_length_scaling=line.get("epsilon_reference_length") is not None,
             )
             before = len(health.history)
-            health.check_window(window, args)
+            health.check_window(window, args, (line["epsilon_low"], line["epsilon_high"]))
             found += [{"step": line["step"], **w} for w in health.history[before:]]
     finally:
         quiet_logger.setLevel(level)
@@ -230,8 +240,21 @@ def health_warnings(
 
 
 def summarize(
-    run_dir: str, lines: list[dict], warnings: list[dict], spread: list[dict], figures: list[str], notes: list[str]
+    run_dir: str,
+    lines: list[dict],
+    warnings: list[dict],
+    spread: list[dict],
+    figures: list[str],
+    notes: list[str],
+    recorded: list[dict] | None = None,
 ) -> str:
+    """The text of gspo_report.txt. `lines`: the lines with responses; `warnings`: the replayed clip warnings;
+    `recorded`: the warnings the run itself gave (`recorded_warnings`)."""
+    out = [f"GSPO report: {run_dir}"]
+    out += warning_list(recorded or [], warnings)
+    if not lines:
+        out.append("responses: none recorded (the diagnostics file holds only sections)")
+        return "\n".join(out + notes)
     steps = [line["step"] for line in lines]
     responses = sum(line["responses"] for line in lines)
     per_k: dict[int, list[int]] = {}
@@ -243,7 +266,6 @@ def summarize(
             totals[2] += m["clipped_high"]
     low, high = sum(t[1] for t in per_k.values()), sum(t[2] for t in per_k.values())
     eps = {(line["epsilon_low"], line["epsilon_high"]) for line in lines}
-    out = [f"GSPO report: {run_dir}"]
     out.append(
         f"steps {steps[0]}-{steps[-1]} ({len(lines)} logged windows), {responses} responses; clip range "
         + ", ".join(f"[1 - {lo:g}, 1 + {hi:g}]" for lo, hi in sorted(eps))
@@ -273,12 +295,24 @@ def summarize(
             out.append(f"  fitted std = {c:.3g} / sqrt(L)")
     else:
         out.append("log s_i: no off-policy responses recorded (every window was on-policy)")
-    out.append("health warnings:" if warnings else "health warnings: none")
-    out += [f"  step {w['step']} [{w['kind']}]: {w['message']}" for w in warnings]
     out.append("figures:" if figures else "figures: none written")
     out += [f"  {path}" for path in figures]
     out += notes
     return "\n".join(out)
+
+
+def warning_list(recorded: list[dict], replayed: list[dict]) -> list[str]:
+    """Two lists: what the run warned as it trained (every warner records into the diagnostics file), and the clip
+    health warnings this report recomputes from the recorded responses (also for runs that recorded none)."""
+    out = ["warnings the run gave (recorded as they fired):" if recorded else "warnings the run gave: none recorded"]
+    out += [f"  step {w['step']} [{w['kind']}]: {w['message']}" for w in recorded]
+    out.append(
+        "replayed clip health warnings (recomputed here from the recorded off-policy responses):"
+        if replayed
+        else "replayed clip health warnings: none"
+    )
+    out += [f"  step {w['step']} [{w['kind']}]: {w['message']}" for w in replayed]
+    return out
 
 
 # ---------------------------------------------------------------------------------------------------------- command
@@ -297,8 +331,9 @@ def report(run_dir: str, bins: int = 60, quiet_steps: int = 20) -> int:
             file=sys.stderr,
         )
         return 2
-    lines = read_diagnostics(path)
-    if not lines:
+    every_line = read_diagnostics(path)
+    lines = [line for line in every_line if has_responses(line)]  # sections-only lines feed the sections' parts
+    if not every_line:
         print(
             f"gspo report: {path} holds no diagnostics lines yet (they are written at each logging step).",
             file=sys.stderr,
@@ -318,17 +353,18 @@ def report(run_dir: str, bins: int = 60, quiet_steps: int = 20) -> int:
         code = 1
     else:
         target = {key: os.path.join(run_dir, name) for key, name in FIGURES.items()}
-        plot_clip_fractions(clip_fraction_series(lines), target["clip"])
-        plot_heatmap(*common_grid_histogram(lines, bins), lines, target["heatmap"])
-        plot_spread(spread, target["spread"], fit_inverse_sqrt([p for p in spread if p["std"] > 0]))
-        figures = [target["clip"], target["heatmap"], target["spread"]]
+        if lines:
+            plot_clip_fractions(clip_fraction_series(lines), target["clip"])
+            plot_heatmap(*common_grid_histogram(lines, bins), lines, target["heatmap"])
+            plot_spread(spread, target["spread"], fit_inverse_sqrt([p for p in spread if p["std"] > 0]))
+            figures = [target["clip"], target["heatmap"], target["spread"]]
         if plot_reward(log_history, target["reward"]):
             figures.append(target["reward"])
         elif state:
             notes.append(f"reward figure skipped: no 'reward' entries in the log_history of {state}")
-        if plot_routing(lines, os.path.join(run_dir, ROUTING_FIGURE)):  # MoE runs only
+        if plot_routing(every_line, os.path.join(run_dir, ROUTING_FIGURE)):  # MoE runs only
             figures.append(os.path.join(run_dir, ROUTING_FIGURE))
-        if plot_groups(lines, os.path.join(run_dir, GROUPS_FIGURE)):  # gspo/groups/* (GSPOTrainer runs)
+        if plot_groups(every_line, os.path.join(run_dir, GROUPS_FIGURE)):  # gspo/groups/* (GSPOTrainer runs)
             figures.append(os.path.join(run_dir, GROUPS_FIGURE))
         if plot_one_token(lines, os.path.join(run_dir, ONE_TOKEN_FIGURE)):  # files with one-token counts
             figures.append(os.path.join(run_dir, ONE_TOKEN_FIGURE))
@@ -338,8 +374,8 @@ def report(run_dir: str, bins: int = 60, quiet_steps: int = 20) -> int:
             "Trainer writes it with each checkpoint, or call trainer.save_state()); the health warnings "
             "show the learning rate as unknown"
         )
-    notes = routing_summary(lines) + groups_summary(lines) + one_token_summary(lines) + notes
-    summary = summarize(run_dir, lines, warnings, spread, figures, notes)
+    notes = routing_summary(every_line) + groups_summary(every_line) + one_token_summary(lines) + notes
+    summary = summarize(run_dir, lines, warnings, spread, figures, notes, recorded_warnings(every_line))
     summary_path = os.path.join(run_dir, SUMMARY_FILE)
     with open(summary_path, "w") as f:
         f.write(summary + "\n")

@@ -46,7 +46,8 @@ def plot_heatmap(steps, grid, shares, lines, path: str) -> None:
         for key, sign, name in (("epsilon_low", -1, "log(1 - eps_low)"), ("epsilon_high", 1, "log(1 + eps_high)")):
             ax.plot(
                 [line["step"] for line in lines],
-                [math.log1p(sign * line[key]) for line in lines],
+                # epsilon_low = 1 puts the low bound at s_i = 0: no line (log 0), not a crash
+                [math.log1p(sign * line[key]) if sign * line[key] > -1 else math.nan for line in lines],
                 "r-",
                 lw=0.8,
                 label=name,

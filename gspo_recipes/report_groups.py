@@ -42,6 +42,7 @@ def groups_summary(lines: list[dict]) -> list[str]:
         f", all solved {f['gspo/groups/solve_all_frac']:.1%}, none solved {f['gspo/groups/solve_none_frac']:.1%}"
     ]
     replay = LowSignalWarning(window=3, dynamic_sampling=bool(sampled.get("batches")))
+    replay.emit = False  # the report prints what it finds itself
     for line in lines:  # each logged line pools the generation batches since the previous one
         if (line.get("groups") or {}).get("responses") and replay.update(line["groups"]):
             message = replay.history[-1]["message"]

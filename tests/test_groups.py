@@ -295,6 +295,8 @@ def test_the_trainer_warns_on_a_run_of_dead_groups_and_not_on_a_healthy_one(tmp_
     trainer.train()
     fired = [w["kind"] for w in trainer.group_health.warning.history]
     assert fired == (["low_signal"] if kind == "dead" else [])
+    staged = trainer.__dict__.get("gspo_diagnostics_sections", {}).get("warnings", [])  # for gspo report's list
+    assert [w["kind"] for w in staged] == fired
 
 
 def test_report_replays_the_low_signal_warning_from_the_diagnostics_file():

@@ -345,7 +345,7 @@ def minibatch_clip_fractions(output_dir):
     totals = {}
     with open(os.path.join(output_dir, "gspo_diagnostics.jsonl")) as f:
         for line in f:
-            for k, counts in json.loads(line)["minibatches"].items():
+            for k, counts in json.loads(line).get("minibatches", {}).items():  # a line may hold only sections
                 seen, clipped = totals.get(int(k), (0, 0))
                 totals[int(k)] = (seen + counts["responses"], clipped + counts["clipped_low"] + counts["clipped_high"])
     return {k: clipped / seen for k, (seen, clipped) in sorted(totals.items())}

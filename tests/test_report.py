@@ -134,7 +134,8 @@ def test_calm_run_has_no_warnings(tmp_path):
     lines = [crafted_line(step, [1e-5, -1e-5, 2e-5, -2e-5], [1, -1, 1, -1], [4, 4, 12, 12]) for step in (1, 2)]
     run_dir = write_lines(tmp_path / "calm", lines)
     rep.report(str(run_dir))
-    assert "health warnings: none" in (run_dir / rep.SUMMARY_FILE).read_text()
+    summary = (run_dir / rep.SUMMARY_FILE).read_text()
+    assert "replayed clip health warnings: none" in summary and "warnings the run gave: none recorded" in summary
 
 
 def test_missing_diagnostics_file(tmp_path, capsys):
@@ -245,3 +246,53 @@ def test_old_diagnostics_file_without_one_token_counts_still_reports(tmp_path):
     summary = (run_dir / rep.SUMMARY_FILE).read_text()
     assert "one-token clips: not recorded" in summary
     assert not (run_dir / "gspo_one_token_clips.png").exists()
+
+
+# ----------------------------------------------------------------------------------------- replay hygiene
+
+
+def wasting_lines(eps_highs=(4e-4, 4e-4, 4e-4), responses=128, **fields):
+    """Lines whose positive responses are all clipped high (log s_i = 2.5 epsilon_high): the rollouts are wasted."""
+    signs, lengths = [1, -1] * (responses // 2), [4, 12] * (responses // 2)
+    return [
+        {**crafted_line(step, [2.5 * eps] * responses, signs, lengths, eps_high=eps), **fields}
+        for step, eps in enumerate(eps_highs, start=1)
+    ]
+
+
+def replayed_kinds(lines):
+    return [w["kind"] for w in rep.health_warnings(lines)]
+
+
+@pytest.mark.parametrize("flag", ["calibrating", "clip_range_changed"])
+def test_replay_judges_no_window_recorded_while_calibrating_nor_one_whose_range_changed(flag):
+    assert "wasted_rollouts" in replayed_kinds(wasting_lines(**{flag: False}))
+    assert replayed_kinds(wasting_lines(**{flag: True})) == []
+    # Such a window also restarts the pooling: 32 positives before it and 32 after it are not judged together.
+    lines = wasting_lines(responses=64)
+    lines[1][flag] = True
+    assert replayed_kinds(lines) == []
+    assert "wasted_rollouts" in replayed_kinds(wasting_lines(responses=64))  # 96 positives pooled over 3 windows
+
+
+def test_replay_pools_no_responses_across_a_change_of_range_between_windows():
+    assert replayed_kinds(wasting_lines((4e-4, 4e-4), responses=64)) == ["wasted_rollouts", "one_sided"]
+    assert replayed_kinds(wasting_lines((4e-4, 2e-3), responses=64)) == []  # 32 positives under each range
+
+
+@pytest.mark.parametrize("applied", ["token", None])
+def test_replay_gives_no_sequence_clip_warning_where_the_loss_applied_another_clip(applied):
+    """A token-level (applied "token") or SAPO/VESPO/CISPO (None) run: the sequence clip was never applied."""
+    assert replayed_kinds(wasting_lines(applied_clip="sequence")) == ["wasted_rollouts", "one_sided"]
+    assert replayed_kinds(wasting_lines(applied_clip=applied)) == []
+    on_policy = wasting_lines(applied_clip=applied)
+    for line in on_policy:
+        line["minibatches"] = {"1": line["minibatches"]["2"]}
+    assert replayed_kinds(on_policy) == []
+    assert replayed_kinds([{**line, "applied_clip": "sequence"} for line in on_policy])[0] == "on_policy"
+
+
+def test_the_replayed_wasted_rollouts_quotes_the_range_the_line_records():
+    replayed = rep.health_warnings(wasting_lines((2e-3, 2e-3)))
+    (message,) = [w["message"] for w in replayed if w["kind"] == "wasted_rollouts"]
+    assert "widen epsilon_high (now 0.002)" in message

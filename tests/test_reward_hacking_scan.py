@@ -152,6 +152,9 @@ def test_health_warning_fires_when_the_share_rises_once_and_rearms(caplog):
     for _ in range(4):
         log_step(callback, trainer, 40, ["global_abs"] * 10)
     assert len(callback.warnings.history) == 2
+    staged = trainer.gspo_diagnostics_sections["warnings"]  # each one recorded for gspo report's list
+    assert [w["message"] for w in staged] == [w["message"] for w in callback.warnings.history]
+    assert {w["kind"] for w in staged} == {"suspicious_share_rising"}
 
 
 def test_health_warning_needs_enough_suspicious_completions():
@@ -163,3 +166,4 @@ def test_health_warning_needs_enough_suspicious_completions():
     for _ in range(3):  # 0% -> 4%: below min_rise and min_suspicious
         log_step(callback, trainer, 96, ["frame_walk"] * 4)
     assert callback.warnings.history == []
+    assert "warnings" not in trainer.__dict__.get("gspo_diagnostics_sections", {})

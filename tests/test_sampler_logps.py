@@ -451,11 +451,14 @@ def test_monitor_warns_when_the_bias_alone_clips_one_side(tmp_path, tiny, prompt
     assert metrics[MISMATCH_PREFIX + "token_max_abs"][-1] == pytest.approx(2e-3, abs=1e-5)
     assert metrics[MISMATCH_PREFIX + "outside_clip_frac"][-1] == 1.0
     assert "negative advantage" in caplog.text and "old_logps_source='recompute'" in caplog.text
+    staged = trainer.gspo_diagnostics_sections["warnings"]  # recorded for gspo report's list
+    assert [w["kind"] for w in staged] == ["sampler_mismatch_clips"] and "negative advantage" in staged[0]["message"]
     caplog.clear()
     trainer.state.global_step = 1  # the same bias on the next measurement: no second warning
     with caplog.at_level(logging.WARNING, logger="gspo_recipes.sampler_logps"):
         trainer._generate_and_score_completions(generation_batch(trainer))
     assert "Systematic mismatch" not in caplog.text
+    assert len(trainer.gspo_diagnostics_sections["warnings"]) == 1
 
 
 def test_vllm_sampler_mode_trains_end_to_end(tmp_path, tiny, prompt_dataset):

@@ -19,6 +19,7 @@ logger = logging.getLogger(__name__)
 
 # Columns of a minibatch's counts, followed by one column of changed sets per MoE layer.
 COUNT_COLUMNS = ("changed_sets", "changed_slots", "num_sets", "num_slots", "num_tokens")
+ROUTING_NOT_MEASURED = "routing_not_measured"  # the kind of the warnings that say volatility is not measured
 
 
 class RoutingMonitor:
@@ -42,6 +43,7 @@ class RoutingMonitor:
         self.measure = False
         self._replay: RoutingReplay | None = None
         self._counts: dict[int, torch.Tensor] = {}  # minibatch -> COUNT_COLUMNS + changed sets per layer
+        self.on_warning = None  # called as on_warning(kind, message) when a warning fires (run_warnings.py)
 
     @property
     def num_layers(self) -> int:
@@ -85,7 +87,10 @@ class RoutingMonitor:
         calls = recorder.calls
         if not calls:  # a kernel bypassed the experts' forward hooks: nothing to compare, say so once
             self.measure = False
-            logger.warning("Routing volatility is off: the MoE layers' hooks saw no forward call (a hub kernel?).")
+            message = "Routing volatility is off: the MoE layers' hooks saw no forward call (a hub kernel?)."
+            logger.warning(message)
+            if self.on_warning is not None:
+                self.on_warning(ROUTING_NOT_MEASURED, message)
             return result
         current = torch.cat(calls, dim=0)
         completion = token_mask.shape[1]

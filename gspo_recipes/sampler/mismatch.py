@@ -19,6 +19,7 @@ import torch
 
 from .._trl import loss_mask, metric_store
 from ..loss import length_scaled_epsilons, outside_clip_range
+from ..run_warnings import record_warning
 
 logger = logging.getLogger(__name__)
 
@@ -26,6 +27,7 @@ MISMATCH_PREFIX = "gspo/sampler_mismatch/"
 # Share of responses whose mismatch alone leaves the clip range above which the monitor warns. A random mismatch
 # (bf16 rounding) of the clip range's size clips a large share of responses without moving the mean out of it.
 WARN_OUTSIDE_FRAC = 0.1
+MISMATCH_KIND = "sampler_mismatch_clips"
 
 
 def mismatch_log_ratio(
@@ -140,22 +142,16 @@ class MismatchMonitor:
         }[side]
         when = "" if self.sampler_mode else "with old_logps_source='sampler', "
         mean = log_s.mean().item()
-        if not t.accelerator.is_main_process:  # every process decided the same from the gathered figures
-            return
-        logger.warning(
-            "Mismatch between the sampler's and the trainer's log-probabilities at step %s: mean log s_i (trainer - "
-            "sampler) = %.3g (s_i starts at %.6g) and %.0f%% of the responses start beyond %s, so %sresponses with "
-            "%s are clipped on the first minibatch of every rollout batch by the mismatch alone. %sFix: keep "
+        widest = max(abs(log_s.min().item()), abs(log_s.max().item()))
+        message = (
+            f"Mismatch between the sampler's and the trainer's log-probabilities at step {t.state.global_step}: mean "
+            f"log s_i (trainer - sampler) = {mean:.3g} (s_i starts at {math.exp(mean):.6g}) and {100 * share:.0f}% of "
+            f"the responses start beyond {bound}, so {when}responses with {responses} are clipped on the first "
+            f"minibatch of every rollout batch by the mismatch alone. {dropout_cause(t.model)}Fix: keep "
             "old_logps_source='recompute', remove the mismatch (same dtype and kernels in both engines, float32 "
-            "rather than bf16 where you can, unfiltered sampling), or widen the clip range beyond |%.3g|. Watch "
-            "gspo/sampler_mismatch/log_s_mean and outside_clip_frac.",
-            t.state.global_step,
-            mean,
-            math.exp(mean),
-            100 * share,
-            bound,
-            when,
-            responses,
-            dropout_cause(t.model),
-            max(abs(log_s.min().item()), abs(log_s.max().item())),
+            f"rather than bf16 where you can, unfiltered sampling), or widen the clip range beyond |{widest:.3g}|. "
+            "Watch gspo/sampler_mismatch/log_s_mean and outside_clip_frac."
         )
+        record_warning(t, MISMATCH_KIND, message)  # for gspo report's list of the run's warnings
+        if t.accelerator.is_main_process:  # every process decided the same from the gathered figures
+            logger.warning(message)

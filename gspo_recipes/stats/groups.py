@@ -124,6 +124,7 @@ class LowSignalWarning:
         self.recent: deque[tuple[int, int]] = deque(maxlen=window)  # (effective, responses) per batch
         self.active = False
         self.history: list[dict] = []
+        self.emit = True  # whether this process shows the warning (the main process only, in a multi-process run)
 
     def update(self, counts: dict[str, int]) -> str | None:
         """Add one generation batch; the warning's message when it fires now, else None."""
@@ -135,7 +136,8 @@ class LowSignalWarning:
         message = None
         if low and not self.active:
             message = self.message(share)
-            logger.warning(message)
+            if self.emit:
+                logger.warning(message)
             self.history.append({"kind": "low_signal", "message": message})
         self.active = low
         return message
