@@ -11,6 +11,7 @@ from gspo_recipes.moe import is_moe_model
 from gspo_recipes.response_stats import ResponseStats
 
 from .clip_fraction import ClipFractionByLengthCallback
+from .heldout_eval import HeldoutEvalCallback
 from .log_ratio_histogram import LogRatioHistogramCallback
 from .reward_hacking import CODE_REWARDS, RewardHackingCallback
 from .routing_volatility import RoutingVolatilityCallback
@@ -31,6 +32,7 @@ __all__ = [
     "DIAGNOSTICS_FILE",
     "ClipFractionByLengthCallback",
     "HealthWarnings",
+    "HeldoutEvalCallback",
     "LogRatioHistogramCallback",
     "ResponseStats",
     "RewardHackingCallback",
