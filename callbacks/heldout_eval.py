@@ -64,7 +64,7 @@ MAJORITY_GRADERS = ("gsm8k_accuracy", "math_accuracy")  # strict graders whose f
 def default_heldout_rewards(column_names) -> list[str]:
     """The strict grader for a dataset, from its columns; an error naming the columns when none fits."""
     columns = set(column_names)
-    if columns & {"tests", "io_tests"}:
+    if columns & {"tests", "io_tests", "test_list", "test", "input_output"}:  # the code judge's columns
         return ["code_execution"]
     if "solution" in columns:
         return ["math_accuracy"]
@@ -72,7 +72,8 @@ def default_heldout_rewards(column_names) -> list[str]:
         return ["gsm8k_accuracy"] if "question" in columns else ["math_accuracy"]
     raise ValueError(
         f"held-out evaluation: no default grader for columns {sorted(columns)}; the math graders read 'answer' "
-        "(GSM8K: with 'question') or 'solution', the code judge 'tests' or 'io_tests'. Map a column (--column_map) "
+        "(GSM8K: with 'question') or 'solution', the code judge 'tests', 'io_tests', "
+        "'test_list', 'test' or 'input_output'. Map a column (--column_map) "
         "or name the graders (heldout_rewards)."
     )
 
@@ -93,7 +94,7 @@ class HeldoutEvalCallback(TrainerCallback):
     """
 
     def __init__(self, trainer, dataset, reward_funcs=None, eval_steps: int | None = None,
-                 num_samples: int | None = None, max_prompts: int | None = None, chunk_prompts: int = 8,
+                 num_samples: int | None = None, max_prompts: int | None = None, chunk_prompts: int = 16,
                  judge: DivergenceJudge | None = None):  # fmt: skip
         args = trainer.args
         self.trainer = trainer
