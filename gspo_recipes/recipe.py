@@ -137,8 +137,15 @@ def split_heldout(script_args, training_args, dataset, *required: tuple[str, ...
         random.Random(training_args.seed).shuffle(order)
         held, kept = sorted(order[:held_out_count]), sorted(order[held_out_count:])
         heldout, dataset = dataset.select(held), dataset.select(kept)
-    elif builtin.is_builtin(source) and spec == "auto":
+    elif builtin.is_builtin(source):  # generated: draw others, whatever split is named
         heldout = builtin.load_dataset(source, training_args.seed + HELDOUT_SEED_OFFSET)
+    elif script_args.heldout_dataset and not _has_splits(source):
+        heldout = load_train_dataset(replace(script_args, dataset_name=source, max_train_samples=None))
+    elif not _has_splits(source):  # a file, or a saved Dataset: no other split to take, so hold rows out of it
+        if spec != "auto":
+            raise SystemExit(f"error: --heldout_split {spec}: {source} has no splits; give a fraction or a count")
+        count = min(training_args.heldout_max_prompts, len(dataset) // 2)
+        return split_heldout(replace(script_args, heldout_split=str(count)), training_args, dataset, *required)
     else:
         split = "test" if spec == "auto" else spec
         options = {"dataset_name": source, "dataset_train_split": split, "max_train_samples": None}
@@ -150,8 +157,16 @@ def split_heldout(script_args, training_args, dataset, *required: tuple[str, ...
             count = min(training_args.heldout_max_prompts, len(dataset) // 2)
             return split_heldout(replace(script_args, heldout_split=str(count)), training_args, dataset, *required)
     heldout = map_columns(heldout, script_args.column_map)
-    require_columns(heldout, *required)
+    if required:
+        require_columns(heldout, *required)
     return dataset, heldout
+
+
+def _has_splits(source: str) -> bool:
+    """Whether `source` names several splits: a hub dataset, or a DatasetDict saved with `save_to_disk`."""
+    if os.path.isfile(source):
+        return False
+    return not os.path.isdir(source) or os.path.exists(os.path.join(source, "dataset_dict.json"))
 
 
 def _held_out_count(spec: str, rows: int) -> int | None:
