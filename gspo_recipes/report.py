@@ -27,6 +27,7 @@ import numpy as np
 from .diagnostics_file import DIAGNOSTICS_FILE, read_diagnostics
 from .report_figures import plot_clip_fractions, plot_heatmap, plot_reward, plot_spread
 from .report_groups import GROUPS_FIGURE, groups_summary, plot_groups
+from .report_heldout import HELDOUT_FIGURE, heldout_summary, plot_heldout
 from .report_routing import ROUTING_FIGURE, plot_routing, routing_summary
 
 STATE_FILE = "trainer_state.json"
@@ -320,13 +321,15 @@ def report(run_dir: str, bins: int = 60, quiet_steps: int = 20) -> int:
             figures.append(os.path.join(run_dir, ROUTING_FIGURE))
         if plot_groups(lines, os.path.join(run_dir, GROUPS_FIGURE)):  # gspo/groups/* (GSPOTrainer runs)
             figures.append(os.path.join(run_dir, GROUPS_FIGURE))
+        if plot_heldout(lines, log_history, os.path.join(run_dir, HELDOUT_FIGURE)):  # HeldoutEvalCallback runs
+            figures.append(os.path.join(run_dir, HELDOUT_FIGURE))
     if not state:
         notes.append(
             f"reward figure skipped: no {STATE_FILE} in {run_dir} or its checkpoint-* folders (the "
             "Trainer writes it with each checkpoint, or call trainer.save_state()); the health warnings "
             "show the learning rate as unknown"
         )
-    notes = routing_summary(lines) + groups_summary(lines) + notes
+    notes = routing_summary(lines) + groups_summary(lines) + heldout_summary(lines) + notes
     summary = summarize(run_dir, lines, warnings, spread, figures, notes)
     summary_path = os.path.join(run_dir, SUMMARY_FILE)
     with open(summary_path, "w") as f:

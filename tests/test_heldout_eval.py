@@ -52,7 +52,7 @@ def heldout_logs(trainer) -> dict[int, dict]:
     return {e["step"]: e for e in trainer.state.log_history if any(key.startswith("heldout/") for key in e)}
 
 
-def test_logs_every_figure_at_each_evaluation_and_writes_the_same_to_the_diagnostics_file(tmp_path):
+def test_logs_every_figure_writes_the_same_to_the_diagnostics_file_and_gspo_report_draws_it(tmp_path):
     trainer, _ = run(tmp_path, has_digit, [has_digit, "gsm8k_accuracy"], steps=3, eval_steps=2)
     trainer.train()
     logs = heldout_logs(trainer)
@@ -70,6 +70,19 @@ def test_logs_every_figure_at_each_evaluation_and_writes_the_same_to_the_diagnos
     assert sections[2]["prompts"] == 16 and len(sections[2]["samples"]) == 4
     assert len(sections[2]["samples"][0]["sampled_text"]) == 4 and sections[2]["train_reward"] is not None
     assert trainer.model.training  # evaluation puts the model back in train mode
+
+    # gspo report on this run: the figure beside the training reward, and one summary line per grader.
+    pytest.importorskip("matplotlib")
+    from gspo_recipes.report import report
+
+    trainer.save_state()
+    assert report(str(tmp_path)) == 0
+    assert (tmp_path / "gspo_heldout.png").stat().st_size > 0
+    summary = (tmp_path / "gspo_report.txt").read_text()
+    held = [line for line in summary.splitlines() if line.startswith("held-out ")]
+    assert [line.split()[1] for line in held] == ["has_digit", "gsm8k_accuracy"]
+    pass1 = logs[2]["heldout/has_digit/pass@1"], logs[3]["heldout/has_digit/pass@1"]
+    assert f"pass@1 {pass1[0]:.3f} -> {pass1[1]:.3f}" in held[0] and "maj@4" in held[1] and "steps 2-3" in held[0]
 
 
 def test_evaluation_leaves_the_training_run_unchanged(tmp_path):
