@@ -43,7 +43,7 @@ def run(tmp_path, reward, heldout_grader, steps=4, eval_steps=2, callback_kwargs
     trainer = GSPOTrainer(model=model, reward_funcs=[reward], args=args, train_dataset=sums(8),
                           processing_class=tokenizer, **(trainer_kwargs or {}))  # fmt: skip
     callback = HeldoutEvalCallback(trainer, sums(8, "*"), reward_funcs=heldout_grader, eval_steps=eval_steps,
-                                   **{"num_samples": 4, "max_prompts": 16, **(callback_kwargs or {})})  # fmt: skip
+                                   **{"num_samples": 4, "max_prompts": 8, **(callback_kwargs or {})})  # fmt: skip
     trainer.add_callback(callback)
     return trainer, callback
 
@@ -67,7 +67,7 @@ def test_logs_every_figure_writes_the_same_to_the_diagnostics_file_and_gspo_repo
     }
     assert sorted(sections) == [2, 3]
     assert sections[2]["rewards"]["has_digit"]["pass@1"] == logs[2]["heldout/has_digit/pass@1"]
-    assert sections[2]["prompts"] == 16 and len(sections[2]["samples"]) == 4
+    assert sections[2]["prompts"] == 8 and len(sections[2]["samples"]) == 4
     assert len(sections[2]["samples"][0]["sampled_text"]) == 4 and sections[2]["train_reward"] is not None
     assert trainer.model.training  # evaluation puts the model back in train mode
 
