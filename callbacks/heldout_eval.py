@@ -29,7 +29,7 @@ one-process run's. The training RNG is left untouched (generation runs in a fork
 
 With `use_vllm`, the evaluation still generates with transformers on the trained model (not on the vLLM engine),
 which is slower but scores exactly the weights being trained. DeepSpeed ZeRO-3 parameters are gathered for
-generation as TRL does.
+generation as TRL does (`ds3_gather_for_generation=True` is required); FSDP is untested.
 
 The reward-hacking health check (`gspo_recipes.stats.heldout.DivergenceJudge`) compares the held-out pass@1 of the
 first grader with the training reward since the previous evaluation and warns when they diverge; its series is
@@ -97,6 +97,11 @@ class HeldoutEvalCallback(TrainerCallback):
                  num_samples: int | None = None, max_prompts: int | None = None, chunk_prompts: int = 16,
                  judge: DivergenceJudge | None = None):  # fmt: skip
         args = trainer.args
+        if getattr(trainer, "is_deepspeed_enabled", False) and not args.ds3_gather_for_generation:
+            raise ValueError(
+                "HeldoutEvalCallback with ds3_gather_for_generation=False: the processes evaluate different numbers "
+                "of prompts, which ZeRO-3's sharded forward passes cannot do; set ds3_gather_for_generation=True."
+            )
         self.trainer = trainer
         self.eval_steps = eval_steps or getattr(args, "heldout_eval_steps", 0) or 50
         self.num_samples = num_samples or getattr(args, "heldout_num_samples", 4)

@@ -194,7 +194,8 @@ def add_heldout_eval(trainer, heldout, train_dataset) -> None:
         raise SystemExit("error: every held-out prompt is also a training prompt; give another --heldout_split")
     callback = HeldoutEvalCallback(trainer, heldout.select(kept))
     args = trainer.args
-    dropped = f" ({len(heldout) - len(kept)} rows dropped: also training prompts)" if len(kept) < len(heldout) else ""
+    dropped = len(heldout) - len(kept)
+    dropped = f" ({dropped} of {len(heldout)} held-out rows dropped: also training prompts)" if dropped else ""
     banner([f"held-out evaluation: {len(callback.rows)} prompts{dropped}, 1 greedy + {callback.num_samples} sampled "
             f"each, graded by {', '.join(name for name, _ in callback.graders)}, every {args.heldout_eval_steps} "
             "steps and at the last"])  # fmt: skip
