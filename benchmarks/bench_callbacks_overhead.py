@@ -21,6 +21,14 @@ training). The first generation batch of every run is warm-up. Printed:
 
     python benchmarks/bench_callbacks_overhead.py            # 7 repeats of 48 steps per arm, about two minutes
     python benchmarks/bench_callbacks_overhead.py --quick    # 3 repeats of 16 steps, about half a minute
+
+`--heldout` measures instead the held-out evaluation's share of the embedded default's wall time
+(recipes/configs/gsm8k_gspo_offline.yaml: the cold-start model, 32 held-out prompts, 1 greedy + 4 sampled completions
+each, every 50 steps): in one process it trains the default for some steps (the baseline: wall seconds per optimizer
+step, after one generation batch of warm-up) and times `HeldoutEvalCallback.evaluate` on the same trained model,
+alternating, then prints the medians and the share, evaluation / (50 steps + evaluation).
+
+    python benchmarks/bench_callbacks_overhead.py --heldout --quick   # 2 repeats of 8 steps + 2 evaluations
 """
 
 from __future__ import annotations
@@ -202,6 +210,61 @@ def format_row(row: dict) -> str:
     )
 
 
+def heldout_share(opts) -> int:
+    """The held-out evaluation's share of the embedded default's wall time (see the module docstring)."""
+    from gspo_recipes import GSPOTrainer
+    from gspo_recipes.recipe import (
+        RecipeArguments,
+        add_heldout_eval,
+        as_prompt,
+        load_train_dataset,
+        model_and_tokenizer,
+        parse_args,
+        split_heldout,
+    )  # fmt: skip
+    from gspo_recipes.rewards import get_rewards
+
+    config = Path(__file__).resolve().parents[1] / "recipes" / "configs" / "gsm8k_gspo_offline.yaml"
+    steps = MINIBATCHES + opts.steps
+    with tempfile.TemporaryDirectory() as out:
+        argv = ["--output_dir", out, "--max_steps", str(steps), "--save_strategy", "no", "--disable_tqdm", "true"]
+        script_args, training_args, model_args = parse_args(RecipeArguments, str(config), argv)
+        training_args.log_level = "error"
+        every = training_args.heldout_eval_steps
+        training_args.heldout_eval_steps = 10**9  # evaluated below, by hand, not during the timed steps
+        dataset = load_train_dataset(script_args, seed=training_args.seed)
+        dataset, heldout = split_heldout(script_args, training_args, dataset, ("question", "answer"))
+        model, tokenizer = model_and_tokenizer(model_args, training_args)
+        dataset = dataset.map(lambda row: {"prompt": as_prompt(row["question"], None, True)})
+        heldout = heldout.map(lambda row: {"prompt": as_prompt(row["question"], None, True)})
+        step_seconds, eval_seconds = [], []
+        for repeat in range(opts.repeats):
+            trainer = GSPOTrainer(model=model, reward_funcs=get_rewards(["gsm8k_accuracy"]), args=training_args,
+                                  train_dataset=dataset, processing_class=tokenizer)  # fmt: skip
+            trainer.remove_callback(PrinterCallback)
+            add_heldout_eval(trainer, heldout, dataset)
+            callback, clock = trainer.callback_handler.callbacks[-1], StepClock()
+            trainer.add_callback(clock)
+            trainer.train()
+            end = time.perf_counter()
+            step_seconds.append((end - clock.begins[MINIBATCHES][0]) / opts.steps)
+            start = time.perf_counter()
+            callback.evaluate(step=steps)
+            eval_seconds.append(time.perf_counter() - start)
+            print(f"repeat {repeat + 1}: {step_seconds[-1]:.3f} s per step, {eval_seconds[-1]:.2f} s per evaluation",
+                  flush=True)  # fmt: skip
+        rows, k = len(callback.rows), callback.num_samples
+    step, evaluation = statistics.median(step_seconds), statistics.median(eval_seconds)
+    share = evaluation / (every * step + evaluation)
+    print(
+        f"\nmedians: {step:.3f} s per optimizer step (baseline, no evaluation), {evaluation:.2f} s per held-out "
+        f"evaluation ({rows} prompts x (1 greedy + {k} sampled), max_completion_length "
+        f"{training_args.max_completion_length})\n=> one evaluation every {every} steps: {share:.1%} of the wall "
+        f"time (an evaluation costs {evaluation / step:.1f} optimizer steps)"
+    )
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=48, help="measured optimizer steps per run (after warm-up)")
@@ -210,10 +273,16 @@ def main(argv=None) -> int:
     parser.add_argument("--num-generations", type=int, default=8)
     parser.add_argument("--max-completion-length", type=int, default=64)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1: steadier on a shared machine)")
-    parser.add_argument("--quick", action="store_true", help="3 repeats of 16 steps")
+    parser.add_argument("--quick", action="store_true", help="3 repeats of 16 steps (with --heldout: 2 of 8)")
+    parser.add_argument("--heldout", action="store_true", help="the held-out evaluation's share of the wall time")
     opts = parser.parse_args(argv)
     if opts.quick:
-        opts.steps, opts.repeats = 16, 3
+        opts.steps, opts.repeats = (8, 2) if opts.heldout else (16, 3)
+    if opts.heldout:
+        torch.set_num_threads(opts.threads)
+        warnings.filterwarnings("ignore", category=FutureWarning)
+        logging.getLogger("gspo_recipes").setLevel(logging.ERROR)
+        return heldout_share(opts)
     torch.set_num_threads(opts.threads)
     warnings.filterwarnings("ignore", category=FutureWarning)  # transformers' renames, once per run
     logging.getLogger("gspo_recipes").setLevel(logging.ERROR)  # the health warnings are still checked, not printed

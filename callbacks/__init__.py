@@ -12,6 +12,7 @@ from gspo_recipes.response_stats import ResponseStats
 
 from .clip_fraction import ClipFractionByLengthCallback
 from .entropy_collapse import EntropyCollapseCallback
+from .heldout_eval import HeldoutEvalCallback
 from .log_ratio_histogram import LogRatioHistogramCallback
 from .reward_hacking import CODE_REWARDS, RewardHackingCallback
 from .routing_volatility import RoutingVolatilityCallback
@@ -38,6 +39,7 @@ __all__ = [
     "ClipFractionByLengthCallback",
     "EntropyCollapseCallback",
     "HealthWarnings",
+    "HeldoutEvalCallback",
     "LogRatioHistogramCallback",
     "ResponseStats",
     "RewardHackingCallback",

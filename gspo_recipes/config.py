@@ -48,6 +48,14 @@ Parameters that differ from `GRPOConfig`'s defaults:
     dynamic_sampling_max_rounds (`int`, defaults to `4`): generation rounds per generation batch, the first included.
     dynamic_sampling_reward (`str`, defaults to `None`): the deciding reward; None is the first accuracy reward.
     zero_std_epsilon (`float`, defaults to `1e-6`): the std at or below which a group carries no signal.
+
+> Held-out evaluation (callbacks/heldout_eval.py, gspo_recipes/stats/heldout.py; the recipes add the callback)
+
+    heldout_eval_steps (`int`, defaults to `0`): score held-out prompts every N optimizer steps; 0 turns it off.
+    heldout_num_samples (`int`, defaults to `4`): k, sampled completions per held-out prompt (pass@k, maj@k).
+    heldout_max_prompts (`int`, defaults to `32`): at most this many held-out prompts per evaluation.
+    heldout_rewards (`list[str]`, defaults to `None`): graders by registry name; None: the strict math graders or
+        the code judge, chosen from the held-out dataset's columns.
 """
 
 from __future__ import annotations
@@ -58,6 +66,7 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig
 
 from ._trl import TWO_SIDED_CLIP_LOSS_TYPES, has_off_policy_minibatches
+from .stats.heldout import check_heldout_settings
 
 logger = logging.getLogger(__name__)
 
@@ -245,6 +254,27 @@ class GSPOConfig(GRPOConfig):
             "continuous rewards where tiny differences carry no information."
         },
     )
+    # Held-out evaluation (callbacks/heldout_eval.py): the recipes add HeldoutEvalCallback when this is on.
+    heldout_eval_steps: int = field(
+        default=0,
+        metadata={
+            "help": "Every this many optimizer steps (and at the last), generate on the held-out prompts and log "
+            "heldout/{reward}/pass@1, pass@k, maj@k, greedy. 0: off."
+        },
+    )
+    heldout_num_samples: int = field(
+        default=4, metadata={"help": "Sampled completions per held-out prompt (the k of pass@k and maj@k)."}
+    )
+    heldout_max_prompts: int = field(
+        default=32, metadata={"help": "Held-out prompts per evaluation, at most (the cost is their generation)."}
+    )
+    heldout_rewards: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "Held-out graders by registry name. None: the strict math grader (gsm8k_accuracy, "
+            "math_accuracy) or the code judge (code_execution), chosen from the held-out dataset's columns."
+        },
+    )
 
     def __post_init__(self):
         if self.num_minibatches < 1:
@@ -264,6 +294,7 @@ class GSPOConfig(GRPOConfig):
         self._check_old_logps_source()
         self._check_routing_replay()
         self._check_dynamic_sampling()
+        check_heldout_settings(self)
         self._warn_if_on_policy()
 
     def _warn(self, message: str, *args) -> None:

@@ -6,9 +6,11 @@ Each recipe stays one file that reads top to bottom; the plumbing lives here.
 
 from __future__ import annotations
 
+import json
 import os
+import random
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from trl import ModelConfig, ScriptArguments, TrlParser
 
@@ -42,6 +44,19 @@ class RecipeArguments(ScriptArguments):
             "help": "Rename dataset columns to the names the recipe reads, as NEEDED=YOURS pairs: "
             "--column_map question=problem_text answer=label"
         },
+    )
+    heldout_split: str = field(
+        default="auto",
+        metadata={
+            "help": "Held-out prompts for the held-out evaluation (on when heldout_eval_steps > 0): a split of the "
+            "dataset (test), a fraction (0.05) or a count (64) of rows held out of the train split, or 'none'. "
+            "'auto': the dataset's 'test' split, else heldout_max_prompts rows held out of the train split; for a "
+            "builtin: dataset, problems generated with another seed. Held-out prompts are never trained on."
+        },
+    )
+    heldout_dataset: str | None = field(
+        default=None,
+        metadata={"help": "Take the held-out prompts from this dataset (hub name, file, directory, builtin:NAME)."},
     )
     use_chat_template: bool = field(
         default=True,
@@ -99,6 +114,96 @@ def load_train_dataset(script_args, seed: int = 0):
     if script_args.max_train_samples:
         dataset = dataset.select(range(min(script_args.max_train_samples, len(dataset))))
     return dataset
+
+
+HELDOUT_SEED_OFFSET = 500_000  # a builtin dataset's held-out problems come from another seed than its training ones
+
+
+def split_heldout(script_args, training_args, dataset, *required: tuple[str, ...]):
+    """(training rows, held-out rows or None) from the loaded rows, before their --column_map; the held-out rows come
+    back column-mapped and checked for the `required` columns, as the recipe then does with the training ones.
+
+    None when held-out evaluation is off (`heldout_eval_steps=0`) or `--heldout_split none`. See `heldout_split`
+    for where the rows come from; `add_heldout_eval` drops any held-out row whose prompt is also a training prompt."""
+    import datasets
+
+    spec = script_args.heldout_split
+    if not training_args.heldout_eval_steps or spec == "none":
+        return dataset, None
+    source = script_args.heldout_dataset or script_args.dataset_name
+    held_out_count = _held_out_count(spec, len(dataset))
+    if held_out_count is not None and not script_args.heldout_dataset:
+        order = list(range(len(dataset)))
+        random.Random(training_args.seed).shuffle(order)
+        held, kept = sorted(order[:held_out_count]), sorted(order[held_out_count:])
+        heldout, dataset = dataset.select(held), dataset.select(kept)
+    elif builtin.is_builtin(source):  # generated: draw others, whatever split is named
+        heldout = builtin.load_dataset(source, training_args.seed + HELDOUT_SEED_OFFSET)
+    elif script_args.heldout_dataset and not _has_splits(source):
+        heldout = load_train_dataset(replace(script_args, dataset_name=source, max_train_samples=None))
+    elif not _has_splits(source):  # a file, or a saved Dataset: no other split to take, so hold rows out of it
+        if spec != "auto":
+            raise SystemExit(f"error: --heldout_split {spec}: {source} has no splits; give a fraction or a count")
+        count = min(training_args.heldout_max_prompts, len(dataset) // 2)
+        return split_heldout(replace(script_args, heldout_split=str(count)), training_args, dataset, *required)
+    else:
+        split = "test" if spec == "auto" else spec
+        options = {"dataset_name": source, "dataset_train_split": split, "max_train_samples": None}
+        try:
+            heldout = load_train_dataset(replace(script_args, **options))
+        except (ValueError, KeyError, FileNotFoundError, datasets.exceptions.DatasetNotFoundError) as error:
+            if spec != "auto":
+                raise SystemExit(f"error: --heldout_split {spec}: {source} has no such split ({error})") from None
+            count = min(training_args.heldout_max_prompts, len(dataset) // 2)
+            return split_heldout(replace(script_args, heldout_split=str(count)), training_args, dataset, *required)
+    heldout = map_columns(heldout, script_args.column_map)
+    if required:
+        require_columns(heldout, *required)
+    return dataset, heldout
+
+
+def _has_splits(source: str) -> bool:
+    """Whether `source` names several splits: a hub dataset, or a DatasetDict saved with `save_to_disk`."""
+    if os.path.isfile(source):
+        return False
+    return not os.path.isdir(source) or os.path.exists(os.path.join(source, "dataset_dict.json"))
+
+
+def _held_out_count(spec: str, rows: int) -> int | None:
+    """Rows to hold out of the train split for `--heldout_split` 0.05 or 64; None for a split name."""
+    try:
+        value = float(spec)
+    except ValueError:
+        return None
+    count = round(value * rows) if 0 < value < 1 else int(value)
+    if not 1 <= count < rows:
+        raise SystemExit(f"error: --heldout_split {spec}: hold out at least 1 and fewer than all {rows} rows")
+    return count
+
+
+def add_heldout_eval(trainer, heldout, train_dataset) -> None:
+    """Add `HeldoutEvalCallback` on the held-out rows whose prompt is not a training prompt (the recipes' last step
+    before training)."""
+    if heldout is None:
+        return
+    from .callbacks import HeldoutEvalCallback
+
+    trained = {_prompt_key(prompt) for prompt in train_dataset["prompt"]}
+    kept = [i for i, prompt in enumerate(heldout["prompt"]) if _prompt_key(prompt) not in trained]
+    if not kept:
+        raise SystemExit("error: every held-out prompt is also a training prompt; give another --heldout_split")
+    callback = HeldoutEvalCallback(trainer, heldout.select(kept))
+    args = trainer.args
+    dropped = len(heldout) - len(kept)
+    dropped = f" ({dropped} of {len(heldout)} held-out rows dropped: also training prompts)" if dropped else ""
+    banner([f"held-out evaluation: {len(callback.rows)} prompts{dropped}, 1 greedy + {callback.num_samples} sampled "
+            f"each, graded by {', '.join(name for name, _ in callback.graders)}, every {args.heldout_eval_steps} "
+            "steps and at the last"])  # fmt: skip
+    trainer.add_callback(callback)
+
+
+def _prompt_key(prompt) -> str:
+    return prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True)
 
 
 def map_columns(dataset, column_map: list[str]):

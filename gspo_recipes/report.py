@@ -28,6 +28,7 @@ import numpy as np
 from .diagnostics_file import DIAGNOSTICS_FILE, has_responses, read_diagnostics
 from .report_figures import plot_clip_fractions, plot_heatmap, plot_reward, plot_spread
 from .report_groups import GROUPS_FIGURE, groups_summary, plot_groups
+from .report_heldout import HELDOUT_FIGURE, heldout_summary, plot_heldout
 from .report_one_token import ONE_TOKEN_FIGURE, one_token_summary, plot_one_token
 from .report_routing import ROUTING_FIGURE, plot_routing, routing_summary
 from .run_warnings import recorded_warnings
@@ -368,13 +369,20 @@ def report(run_dir: str, bins: int = 60, quiet_steps: int = 20) -> int:
             figures.append(os.path.join(run_dir, GROUPS_FIGURE))
         if plot_one_token(lines, os.path.join(run_dir, ONE_TOKEN_FIGURE)):  # files with one-token counts
             figures.append(os.path.join(run_dir, ONE_TOKEN_FIGURE))
+        if plot_heldout(every_line, log_history, os.path.join(run_dir, HELDOUT_FIGURE)):  # HeldoutEvalCallback runs
+            figures.append(os.path.join(run_dir, HELDOUT_FIGURE))
     if not state:
         notes.append(
             f"reward figure skipped: no {STATE_FILE} in {run_dir} or its checkpoint-* folders (the "
             "Trainer writes it with each checkpoint, or call trainer.save_state()); the health warnings "
             "show the learning rate as unknown"
         )
-    notes = routing_summary(every_line) + groups_summary(every_line) + one_token_summary(lines) + notes
+    notes = (
+        routing_summary(every_line)
+        + groups_summary(every_line)
+        + one_token_summary(lines)
+        + heldout_summary(every_line)
+    ) + notes
     summary = summarize(run_dir, lines, warnings, spread, figures, notes, recorded_warnings(every_line))
     summary_path = os.path.join(run_dir, SUMMARY_FILE)
     with open(summary_path, "w") as f:

@@ -23,6 +23,7 @@ from trl import get_peft_config, get_quantization_config
 from gspo_recipes import GSPOTrainer
 from gspo_recipes.recipe import (
     RecipeArguments,
+    add_heldout_eval,
     as_prompt,
     banner,
     describe,
@@ -32,6 +33,7 @@ from gspo_recipes.recipe import (
     model_and_tokenizer,
     parse_args,
     require_columns,
+    split_heldout,
 )
 from gspo_recipes.rewards import get_rewards
 
@@ -69,8 +71,10 @@ def main():
 
     # 1. Data, checked before any model is loaded.
     dataset = load_train_dataset(script_args, seed=training_args.seed)
-    dataset = map_columns(dataset, script_args.column_map)
     needed, task_text = FORMATS[script_args.dataset_format]
+    # Held-out tasks (never trained on) for the held-out evaluation with the code judge (heldout_eval_steps).
+    dataset, heldout = split_heldout(script_args, training_args, dataset, needed)
+    dataset = map_columns(dataset, script_args.column_map)
     require_columns(dataset, needed)
     banner(
         [
@@ -87,11 +91,15 @@ def main():
     model, tokenizer = model_and_tokenizer(model_args, training_args)
     chat = script_args.use_chat_template and tokenizer.chat_template is not None
     system_prompt = script_args.system_prompt if script_args.system_prompt is not None else SYSTEM_PROMPT
-    if script_args.dataset_format == "humaneval" and "helpers" not in dataset.column_names:
-        # The original prompt's code (helpers such as `poly`) stays beside the chat prompt: the judge takes the
-        # helpers the tests use from it, never from the completion.
-        dataset = dataset.map(lambda row: {"helpers": row["prompt"]})
-    dataset = dataset.map(lambda row: {"prompt": as_prompt(task_text(row), system_prompt, chat)})
+
+    def to_prompt(rows):
+        if script_args.dataset_format == "humaneval" and "helpers" not in rows.column_names:
+            # The original prompt's code (helpers such as `poly`) stays beside the chat prompt: the judge takes the
+            # helpers the tests use from it, never from the completion.
+            rows = rows.map(lambda row: {"helpers": row["prompt"]})
+        return rows.map(lambda row: {"prompt": as_prompt(task_text(row), system_prompt, chat)})
+
+    dataset, heldout = to_prompt(dataset), heldout and to_prompt(heldout)
 
     # 3. Rewards: code_execution reads test_list / test + entry_point / input_output from the row.
     reward_funcs = get_rewards(script_args.reward_funcs or DEFAULT_REWARDS)
@@ -106,6 +114,7 @@ def main():
         peft_config=get_peft_config(model_args),
         quantization_config=get_quantization_config(model_args),
     )
+    add_heldout_eval(trainer, heldout, dataset)  # graded by the code judge, whatever the training rewards are
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
     trainer.save_state()

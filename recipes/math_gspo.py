@@ -18,6 +18,7 @@ from trl import get_peft_config, get_quantization_config
 from gspo_recipes import GSPOTrainer
 from gspo_recipes.recipe import (
     RecipeArguments,
+    add_heldout_eval,
     as_prompt,
     banner,
     describe,
@@ -27,6 +28,7 @@ from gspo_recipes.recipe import (
     model_and_tokenizer,
     parse_args,
     require_columns,
+    split_heldout,
 )
 from gspo_recipes.rewards import get_rewards
 
@@ -41,8 +43,11 @@ def main():
 
     # 1. Data, checked before any model is loaded.
     dataset = load_train_dataset(script_args, seed=training_args.seed)
+    # Held-out prompts (never trained on) for the held-out evaluation with the strict grader (heldout_eval_steps).
+    columns = (("problem", "solution"), ("problem", "answer"))
+    dataset, heldout = split_heldout(script_args, training_args, dataset, *columns)
     dataset = map_columns(dataset, script_args.column_map)
-    require_columns(dataset, ("problem", "solution"), ("problem", "answer"))
+    require_columns(dataset, *columns)
     banner(
         [
             (
@@ -57,7 +62,11 @@ def main():
     model, tokenizer = model_and_tokenizer(model_args, training_args)
     chat = script_args.use_chat_template and tokenizer.chat_template is not None
     system_prompt = script_args.system_prompt if script_args.system_prompt is not None else SYSTEM_PROMPT
-    dataset = dataset.map(lambda row: {"prompt": as_prompt(row["problem"], system_prompt, chat)})
+
+    def to_prompt(rows):
+        return rows.map(lambda row: {"prompt": as_prompt(row["problem"], system_prompt, chat)})
+
+    dataset, heldout = to_prompt(dataset), heldout and to_prompt(heldout)
 
     # 3. Rewards: TRL passes the `solution` / `answer` columns to them by name.
     reward_funcs = get_rewards(script_args.reward_funcs or DEFAULT_REWARDS)
@@ -72,6 +81,7 @@ def main():
         peft_config=get_peft_config(model_args),
         quantization_config=get_quantization_config(model_args),
     )
+    add_heldout_eval(trainer, heldout, dataset)  # graded by the strict grader, whatever the training rewards are
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
     trainer.save_state()
