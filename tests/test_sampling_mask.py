@@ -365,3 +365,17 @@ def test_models_that_rescale_logits_are_refused(tmp_path, prompt_dataset):
     model.config.final_logit_softcapping = 30.0
     with pytest.raises(ValueError, match="final_logit_softcapping"):
         make_trainer(tmp_path, prompt_dataset, (model, tokenizer), keep_sampling_mask=True, top_p=0.8)
+
+
+def test_two_processes_keep_each_rows_sets(tmp_path):
+    """Two processes over gloo, sampler mode at top_p 0.8: the on-policy comparison (gathered from both) is exact."""
+    import json
+
+    from conftest import launch_two_cpu_processes
+
+    launch_two_cpu_processes("two_process_sampling_mask.py", str(tmp_path), cwd=tmp_path, timeout=300)
+    history = json.loads((tmp_path / "history.json").read_text())
+    mismatch = [h[MISMATCH_PREFIX + "token_max_abs"] for h in history if MISMATCH_PREFIX + "token_max_abs" in h]
+    assert len(mismatch) >= 1 and max(mismatch) < 1e-5
+    assert all(math.isfinite(h["loss"]) for h in history if "loss" in h)
+    assert any(h.get(MISMATCH_PREFIX + "log_kept_mass", 0) < -0.05 for h in history)
