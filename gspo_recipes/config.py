@@ -166,8 +166,9 @@ class GSPOConfig(GRPOConfig):
         metadata={
             "help": "Where the old policy's log-probabilities come from. 'recompute' (TRL's): a forward pass of the "
             "training engine over every rollout. 'sampler': the generator's own (transformers: log_softmax of the "
-            "temperature-scaled logits before top-k/top-p filtering; vLLM: its returned logprobs), which skips that "
-            "pass. Check gspo/sampler_mismatch/* in 'recompute' mode before switching.",
+            "temperature-scaled logits before top-k/top-p filtering, or over the kept set with keep_sampling_mask; "
+            "vLLM: its returned logprobs), which skips that pass. Check gspo/sampler_mismatch/* in 'recompute' mode "
+            "before switching.",
             "choices": ["recompute", "sampler"],
         },
     )

@@ -85,12 +85,12 @@ class SamplerLogprobs:
                 "dropout draw during generation, and every s_i starts away from 1 by dropout noise alone. %s",
                 dropout,
             )
-        if t.use_vllm and (t.top_p < 1.0 or (t.top_k or 0) > 0 or t.min_p):
+        if t.use_vllm and self.truncated and self.sampling_mask is None:
             logger.warning(
                 "old_logps_source='sampler' with vLLM and top_p=%s, top_k=%s, min_p=%s: vLLM's log-probabilities are "
                 "renormalised after filtering, so they are systematically higher than the trainer's and every log s_i "
-                "starts below 0. Check gspo/sampler_mismatch/log_s_mean against the clip range, or sample without "
-                "filtering.",
+                "starts below 0. Set keep_sampling_mask=True (both sides over the kept set), check "
+                "gspo/sampler_mismatch/log_s_mean against the clip range, or sample without filtering.",
                 t.top_p,
                 t.top_k,
                 t.min_p,
