@@ -239,7 +239,7 @@ def test_mask_off_changes_nothing_bit_for_bit(tmp_path, prompt_dataset):
     ],
     ids=["recompute-iterations", "sampler-accumulation-not-lined-up", "sampler-checkpointing-topk", "peft-kl"],
 )
-def test_trains_with_the_mask_off_the_default_path(tmp_path, prompt_dataset, overrides):
+def test_trains_with_the_mask_in_settings_off_the_default_path(tmp_path, prompt_dataset, overrides):
     """A short run in each setting: finite losses, and the monitor's on-policy comparison shows no mismatch."""
     peft_config = None
     if overrides.pop("peft", False):
