@@ -15,6 +15,10 @@ Which feature needs which private hook of `GRPOTrainer`:
   `_generate` (vLLM), and answers the old-policy call of `_get_per_token_logps_and_entropies`.
 - Sampler mismatch monitor: `_generate_and_score_completions`, `_generate_single_turn`, `_generate`.
 - vLLM geometric-mean importance-sampling weight: `_generate_and_score_completions`.
+- `keep_sampling_mask` (gspo_recipes/sampler/sampling_mask.py): the sampler hooks above, `compute_loss` (override: the
+  minibatch's kept sets, batch key `sampling_kept_ids`), and wraps `_get_per_token_logps_and_entropies`, reading the
+  hidden states of TRL's fused LM head from a forward hook on the backbone; in transformers it appends a logits
+  processor through the generating model's `_get_logits_processor`.
 - Group health (`gspo/groups/*`, always on): `_calculate_rewards` (override; its result is every process's rows
   in process order, one column per reward function).
 - Dynamic sampling: `_generate_and_score_completions` (override; calls the hook once per round and merges the
@@ -55,6 +59,7 @@ GENERATE_LOGPROBS_INDEX = 4
 # Parameters of every TRL method we override or call, in order, as TRL 1.16 declares them.
 PINNED_SIGNATURES = {
     "_compute_loss": ("self", "model", "inputs"),
+    "compute_loss": ("self", "model", "inputs", "return_outputs", "num_items_in_batch"),
     "_generate_and_score_completions": ("self", "inputs"),
     "_generate": ("self", "prompts"),
     "_generate_single_turn": (

@@ -56,6 +56,13 @@ Parameters that differ from `GRPOConfig`'s defaults:
     heldout_max_prompts (`int`, defaults to `32`): at most this many held-out prompts per evaluation.
     heldout_rewards (`list[str]`, defaults to `None`): graders by registry name; None: the strict math graders or
         the code judge, chosen from the held-out dataset's columns.
+
+> Truncated sampling (gspo_recipes/sampler/sampling_mask.py)
+
+    keep_sampling_mask (`bool`, defaults to `False`): with top_p/top_k/min_p, score every token over the set the
+        sampler kept (renormalised), in the old, new and reference log-probabilities, so the ratio compares the
+        distribution the tokens were drawn from.
+    sampling_mask_max_tokens (`int`, defaults to `512`): the most kept-set entries stored per token.
 """
 
 from __future__ import annotations
@@ -200,8 +207,9 @@ class GSPOConfig(GRPOConfig):
         metadata={
             "help": "Where the old policy's log-probabilities come from. 'recompute' (TRL's): a forward pass of the "
             "training engine over every rollout. 'sampler': the generator's own (transformers: log_softmax of the "
-            "temperature-scaled logits before top-k/top-p filtering; vLLM: its returned logprobs), which skips that "
-            "pass. Check gspo/sampler_mismatch/* in 'recompute' mode before switching.",
+            "temperature-scaled logits before top-k/top-p filtering, or over the kept set with keep_sampling_mask; "
+            "vLLM: its returned logprobs), which skips that pass. Check gspo/sampler_mismatch/* in 'recompute' mode "
+            "before switching.",
             "choices": ["recompute", "sampler"],
         },
     )
@@ -276,6 +284,25 @@ class GSPOConfig(GRPOConfig):
         },
     )
 
+    keep_sampling_mask: bool = field(
+        default=False,
+        metadata={
+            "help": "With truncated sampling (top_p < 1, top_k > 0 or min_p), record the set of tokens the sampler "
+            "kept at every step and take the trainer's log-probabilities (old, new and reference) as log_softmax over "
+            "that set only, so that the ratio compares the truncated distribution the tokens were drawn from on both "
+            "sides (DeepSeek-V3.2's Keep Sampling Mask). Costs B x T x K x 4 bytes per generation batch (K: the "
+            "largest kept set, at most sampling_mask_max_tokens). vLLM needs sampling masks (vLLM PR #49577)."
+        },
+    )
+    sampling_mask_max_tokens: int = field(
+        default=512,
+        metadata={
+            "help": "The most kept-set entries stored per token. top_k above it is refused; a top_p/min_p set larger "
+            "than it is not stored, and that token is scored over the full vocabulary on both sides (the share is "
+            "logged as gspo/sampling_mask/overflow_frac)."
+        },
+    )
+
     def __post_init__(self):
         if self.num_minibatches < 1:
             raise ValueError(f"num_minibatches must be at least 1, got {self.num_minibatches}.")
@@ -295,6 +322,9 @@ class GSPOConfig(GRPOConfig):
         self._check_routing_replay()
         self._check_dynamic_sampling()
         check_heldout_settings(self)
+        from .sampler.mask_settings import check_sampling_mask_settings  # imported here: sampler/ sits above config
+
+        check_sampling_mask_settings(self)
         self._warn_if_on_policy()
 
     def _warn(self, message: str, *args) -> None:

@@ -40,6 +40,7 @@ from .loss import (
 )
 from .loss_options import add_entropy_bonus, masked_shares, policy_masks, response_share
 from .sampler import SamplerLogprobs
+from .sampler.sampling_mask import KEPT_IDS_KEY
 
 logger = logging.getLogger(__name__)
 
@@ -181,6 +182,11 @@ class GSPOTrainer(GRPOTrainer):
     def _get_per_token_logps_and_entropies(self, model, *args, **kwargs):
         original = super()._get_per_token_logps_and_entropies
         return self.sampler_logprobs.per_token_logps(original, model, *args, **kwargs)
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        # keep_sampling_mask: the loss's scoring pass takes this minibatch's kept sets (a no-op with the mask off)
+        with self.sampler_logprobs.kept_sets(inputs.get(KEPT_IDS_KEY)):
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
 
     # Automatic calibration of the clip range (epsilon_calibration_steps): gspo_recipes/calibration.py.
     def _calibrate_if_due(self) -> None:

@@ -14,6 +14,8 @@ Each generation batch gets one explicit `GenerationRound`: what it asks for (cap
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import math
 from dataclasses import dataclass
@@ -22,7 +24,9 @@ import torch
 
 from .. import _trl
 from .generation_logprobs import AlignmentError, GenerationLogprobRecorder, generation_module
-from .mismatch import MismatchMonitor, dropout_cause
+from .mask_settings import truncation_settings
+from .mismatch import MismatchMonitor, dropout_cause, log_sampling_mask_stats
+from .sampling_mask import KEPT_IDS_KEY, SamplingMaskScorer, pad_kept_rows, vllm_kept_rows
 from .vllm_is_weight import apply_geometric_mean_weight
 
 logger = logging.getLogger(__name__)
@@ -38,6 +42,10 @@ class GenerationRound:
     captured: bool = False  # we added the log-probabilities (TRL's transformers path returns none)
     intercepted: bool = False
     sampler_logps: list | None = None  # per completion, as `_generate` returned them
+    record_kept: bool = False  # record the sampler's kept sets (truncated sampling: the mask, or the monitor's mass)
+    kept_rows: list | None = None  # per completion: (n, K) kept ids (-1 padded); see sampling_mask.py
+    log_mass_rows: list | None = None  # per completion: (n,) log of the kept mass S (transformers generation)
+    overflow_rows: list | None = None  # per completion: (n,) sets above sampling_mask_max_tokens
 
 
 class SamplerLogprobs:
@@ -50,6 +58,10 @@ class SamplerLogprobs:
         self.sampler_mode = getattr(args, "old_logps_source", "recompute") == "sampler"
         self.monitor = MismatchMonitor(trainer, getattr(args, "sampler_mismatch_steps", 0), self.sampler_mode)
         self.is_ratio = getattr(args, "vllm_importance_sampling_sequence_ratio", "product")
+        self.truncated = bool(truncation_settings(args))
+        self.max_kept = getattr(args, "sampling_mask_max_tokens", 512)
+        keep = getattr(args, "keep_sampling_mask", False)
+        self.sampling_mask = SamplingMaskScorer(trainer) if keep else None  # None: TRL's scoring, untouched
         self.old_policy_passes_skipped = 0  # generation batches whose old-policy forward pass was skipped
         self.round: GenerationRound | None = None
         self._warned: set[str] = set()
@@ -73,12 +85,12 @@ class SamplerLogprobs:
                 "dropout draw during generation, and every s_i starts away from 1 by dropout noise alone. %s",
                 dropout,
             )
-        if t.use_vllm and (t.top_p < 1.0 or (t.top_k or 0) > 0 or t.min_p):
+        if t.use_vllm and self.truncated and self.sampling_mask is None:
             logger.warning(
                 "old_logps_source='sampler' with vLLM and top_p=%s, top_k=%s, min_p=%s: vLLM's log-probabilities are "
                 "renormalised after filtering, so they are systematically higher than the trainer's and every log s_i "
-                "starts below 0. Check gspo/sampler_mismatch/log_s_mean against the clip range, or sample without "
-                "filtering.",
+                "starts below 0. Set keep_sampling_mask=True (both sides over the kept set), check "
+                "gspo/sampler_mismatch/log_s_mean against the clip range, or sample without filtering.",
                 t.top_p,
                 t.top_k,
                 t.min_p,
@@ -99,17 +111,32 @@ class SamplerLogprobs:
         train = t.model.training
         monitor = train and self.monitor.due()
         intercept = self.sampler_mode and _trl.recomputes_old_logps(t)
-        self.round = round_ = GenerationRound(capture=intercept or monitor, intercept=intercept, monitor=monitor)
+        masked = self.sampling_mask is not None
+        self.round = round_ = GenerationRound(
+            capture=intercept or monitor or masked,
+            intercept=intercept,
+            monitor=monitor,
+            record_kept=masked or (monitor and self.truncated and not t.use_vllm),
+        )
         try:
-            output = original(inputs)
+            with self.kept_sets(round_):  # TRL's old-policy and reference passes score over the sets
+                output = original(inputs)
         finally:
             self.round = None
+        if masked:
+            output[KEPT_IDS_KEY] = pad_kept_rows(
+                round_.kept_rows, output["completion_ids"].size(1), output["completion_ids"].device
+            )
+        if round_.record_kept:
+            log_sampling_mask_stats(t, output, round_, masked)
         if round_.intercepted:
             self.old_policy_passes_skipped += 1
         elif t.use_vllm and t.vllm_importance_sampling_correction and self.is_ratio == "geometric_mean":
             apply_geometric_mean_weight(t, output, "train" if train else "eval")
         if monitor and output.get("sampling_per_token_logps") is not None:
-            self.monitor.compare(output, self._trainer_logps_as_sampler_mode_sees_them(output, round_))
+            with self.kept_sets(output.get(KEPT_IDS_KEY)):
+                trainer_logps = self._trainer_logps_as_sampler_mode_sees_them(output, round_)
+            self.monitor.compare(output, trainer_logps, round_, masked)
         if round_.captured and not round_.intercepted:  # recorded for the monitor only: leave TRL's inputs alone
             output.pop("sampling_per_token_logps", None)
         return output
@@ -124,9 +151,16 @@ class SamplerLogprobs:
     def generate_single_turn(self, original, *args, **kwargs):
         """Around `_generate_single_turn`: with transformers generation, also return per-token log-probabilities."""
         t, round_ = self.trainer, self.round
+        if round_ is not None and round_.record_kept and t.use_vllm:
+            completion_ids, logprobs = original(*args, **kwargs)
+            round_.kept_rows, round_.overflow_rows = vllm_kept_rows(t.vllm_generation, completion_ids, self.max_kept)
+            return completion_ids, logprobs
         if round_ is None or not round_.capture or t.use_vllm or t.use_transformers_continuous_batching:
             return original(*args, **kwargs)
-        recorder = GenerationLogprobRecorder(t.temperature)
+        masked = self.sampling_mask is not None
+        recorder = GenerationLogprobRecorder(
+            t.temperature, record_kept=round_.record_kept, renormalise=masked, max_kept=self.max_kept
+        )
         # As the old policy, the generator samples with the positions the trainer scores with (see the module
         # generation_logprobs); for the monitor alone, generation is left exactly as TRL runs it.
         with recorder.attached(generation_module(t.model), trainer_positions=round_.intercept):
@@ -136,6 +170,12 @@ class SamplerLogprobs:
         try:
             logprobs = recorder.logprobs_for(completion_ids)
         except AlignmentError as err:
+            if masked:
+                raise RuntimeError(
+                    f"keep_sampling_mask=True could not read the kept sets from transformers' generate ({err}); it "
+                    "needs one forward call and one logits-processor call per sampled token. Set "
+                    "keep_sampling_mask=False."
+                ) from err
             if round_.intercept:
                 raise RuntimeError(
                     f"old_logps_source='sampler' could not read the log-probabilities from transformers' generate "
@@ -145,11 +185,24 @@ class SamplerLogprobs:
             self._warn_once("align", "The sampler mismatch monitor is skipped: %s.", err)
             logprobs = [[math.nan] * len(ids) for ids in completion_ids]
         round_.captured = True
+        if round_.record_kept:
+            round_.kept_rows, round_.log_mass_rows = recorder.kept_rows, recorder.log_mass_rows
+            round_.overflow_rows = recorder.overflow_rows
         return completion_ids, logprobs
 
+    def kept_sets(self, kept):
+        """While `kept` (a batch's kept sets, or the generation round filling them) is current, the trainer's
+        log-probabilities are taken over them (keep_sampling_mask); otherwise, and with the mask off, nothing."""
+        if self.sampling_mask is None or kept is None:
+            return contextlib.nullcontext()
+        return self.sampling_mask.use(kept)
+
     def per_token_logps(self, original, model, *args, **kwargs):
-        """Around `_get_per_token_logps_and_entropies`: answer TRL's old-policy pass from the sampler."""
+        """Around `_get_per_token_logps_and_entropies`: answer TRL's old-policy pass from the sampler; with
+        keep_sampling_mask, every scoring is over the kept sets."""
         t, round_ = self.trainer, self.round
+        if self.sampling_mask is not None:
+            original = functools.partial(self.sampling_mask.score, original)
         if (
             round_ is None
             or not round_.intercept
