@@ -216,6 +216,14 @@ def test_calibrate_command_length_scaled(tmp_path, capsys):
     assert "epsilon_reference_length: 4" in out4
     assert gspo(["calibrate", str(tmp_path), "--reference-length", "4"]) == 2
     assert "add --length-scaled" in capsys.readouterr().out
+    # A run that used a scaled range: its own column is judged with it, and a plain calibration says it is plain.
+    line["epsilon_reference_length"] = 64
+    (tmp_path / "gspo_diagnostics.jsonl").write_text(json.dumps(line) + "\n")
+    assert gspo(["calibrate", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "epsilon_length_scaling: false" in out
+    assert gspo(["calibrate", str(tmp_path), "--length-scaled"]) == 0
+    assert "epsilon_reference_length: 64" in capsys.readouterr().out  # the run's own L_ref by default
 
 
 # ----------------------------------------------------------------------------------------------- health warning
@@ -468,3 +476,19 @@ def test_scaled_range_off_the_default_path_records_per_response_clips(tmp_path, 
     assert torch.equal(low.float(), window["clipped_low"]) and torch.equal(high.float(), window["clipped_high"])
     plain_low, plain_high = clipped_sides(window["log_s"].double(), window["advantage"], 5e-3, 5e-3)
     assert (plain_low | plain_high).sum() > (low | high).sum(), "the wider scaled range should clip fewer here"
+
+
+@pytest.mark.slow
+def test_two_process_calibration_of_the_scaled_range_resumes_as_the_uninterrupted_run(tmp_path, monkeypatch):
+    """Both processes' samples, lengths included, survive the checkpoint; the resumed run fixes the same range."""
+    import json
+
+    from conftest import launch_two_cpu_processes
+
+    monkeypatch.setenv("GSPO_TEST_REFERENCE_LENGTH", "4")
+    full, resumed = tmp_path / "full.json", tmp_path / "resumed.json"
+    launch_two_cpu_processes("two_process_calibration.py", str(tmp_path / "run"), str(full), cwd=tmp_path)
+    state = json.loads((tmp_path / "run" / "checkpoint-4" / "gspo_calibration.json").read_text())
+    assert state["reference_length"] == 4 and len(state["length"]) == len(state["log_s"]) == 48
+    launch_two_cpu_processes("two_process_calibration.py", str(tmp_path / "run"), str(resumed), "resume", cwd=tmp_path)
+    assert json.loads(resumed.read_text()) == json.loads(full.read_text())
