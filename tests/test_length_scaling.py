@@ -378,6 +378,9 @@ def test_a_run_whose_short_responses_clip_more_warns_and_the_scaled_range_does_n
     kinds, lines = varied_length_run(tmp_path / "scaled", scaled=True)
     assert "short_responses_clipped" not in kinds
     assert {line["epsilon_reference_length"] for line in lines if "epsilon_low" in line} == {32}
+    from gspo_recipes.report import length_scaling_note
+
+    assert "length-scaled: x sqrt(L_ref / L) per response, L_ref = 32" in length_scaling_note(lines)  # gspo report
     # The file's clip counts are the scaled range's: recomputed from the recorded log s_i they agree.
     from gspo_recipes.diagnostics_file import clip_range_of_line
 
