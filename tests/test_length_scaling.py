@@ -328,7 +328,7 @@ def test_report_replays_the_short_responses_warning_from_the_file():
 # ----------------------------------------------------------------------------------------------- real runs
 
 
-def varied_length_run(output_dir, scaled: bool, max_steps=16):
+def varied_length_run(output_dir, scaled: bool, max_steps=20):
     """A tiny GSPO run whose responses span 1..32 tokens (an EOS bias makes lengths roughly geometric) with a reward
     that grows with length, so length goes with advantage; the range (0.02) clips the short responses, whose log s_i
     spread ~10x wider, far more than the long ones."""
