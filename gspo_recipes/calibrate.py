@@ -140,7 +140,10 @@ def run(args) -> int:
     print_bucket_table(data, _zero_nan(eps_low), _zero_nan(eps_high), reference, plain)
     print("\nPaste into your recipe config (YAML):\n")
     run_low, run_high = data["epsilons"]
-    print(yaml_snippet(_zero_nan(eps_low, run_low), _zero_nan(eps_high, run_high), reference))
+    snippet = yaml_snippet(_zero_nan(eps_low, run_low), _zero_nan(eps_high, run_high), reference)
+    if reference is None and data["reference_length"] is not None:  # the run was scaled: say the plain one is meant
+        snippet += "epsilon_length_scaling: false  # the run used a length-scaled range; --length-scaled keeps one\n"
+    print(snippet)
     return 0
 
 

@@ -14,16 +14,23 @@ logger = logging.getLogger(__name__)
 
 # "Short responses dominate the clip" (the explainer): the spread of log s_i shrinks like 1/sqrt(L), so for the same
 # per-token drift a fixed range clips short responses more. It matters when length goes with advantage, for then the
-# clip decides which kind of response learns. Warned when, pooled over >= min_responses off-policy responses with
-# A != 0 in each of at least two length buckets, the shortest such bucket clips >= SHORT_CLIP_FACTOR times the share of
-# the longest (and at least SHORT_CLIP_MIN_SHARE: 0.3% against 0.1% skews nothing), while |Pearson r| of log2(length)
-# and the advantage over the same responses is >= LENGTH_ADVANTAGE_MIN_CORRELATION. 3x: the 1/sqrt(L) law alone gives
-# ratios of 10x and more between buckets a factor 16 apart at a clip of a few percent, so 3x is a clear, not a
-# borderline, skew. The advantage itself (not its sign): GRPO centres it within each group, so the pooled covariance is
-# the mean within-group covariance (a prompt's difficulty and its responses' length cannot fake it); 0.2 is over two
-# standard errors (1/sqrt(n)) once n >= 128, and weak enough to catch a real but modest link.
+# clip decides which kind of response learns. Judged on the off-policy responses with A != 0 pooled since the clip
+# range last changed (a structural property of the run: pooling it all lets the shares converge instead of flipping
+# with each window's handful of clips), once at least two length buckets hold >= min_responses. It fires when
+# - the shortest such bucket clips >= SHORT_CLIP_FACTOR times the share of the longest: the 1/sqrt(L) law alone gives
+#   10x and more between buckets a factor 16 apart at a clip of a few percent, so 3x is a clear skew;
+# - that share is at least SHORT_CLIP_MIN_SHARE (0.3% against 0.1% skews nothing);
+# - the difference is no sampling noise: two-proportion z >= SHORT_CLIP_MIN_Z (one-sided p < 0.006);
+# - |Pearson r| of log2(length) and the advantage over the same responses is >= LENGTH_ADVANTAGE_MIN_CORRELATION. The
+#   advantage itself, not its sign: GRPO centres it within each group, so the pooled covariance is the mean
+#   within-group covariance (a prompt's difficulty and its responses' length cannot fake it); 0.2 is over two
+#   standard errors (1/sqrt(n)) once n >= 128, and weak enough to catch a real but modest link.
+# The embedded default has r ~ 0.6 (longer answers score better) but clips its two length buckets alike (16% and 13%
+# over its run, z <= 1.2 at every step): silent. Judged window by window instead, one window's 3 clips out of 64
+# made it 16% against 5% there.
 SHORT_CLIP_FACTOR = 3.0
 SHORT_CLIP_MIN_SHARE = 0.05
+SHORT_CLIP_MIN_Z = 2.5
 LENGTH_ADVANTAGE_MIN_CORRELATION = 0.2
 
 
@@ -34,6 +41,13 @@ def pearson_from_moments(m: torch.Tensor) -> float:
     if var_x <= 1e-12 * max(sxx, 1.0) or var_y <= 1e-12 * max(syy, 1.0):
         return 0.0
     return (sxy - sx * sy / n) / (var_x * var_y) ** 0.5
+
+
+def two_proportion_z(clipped_a: float, n_a: float, clipped_b: float, n_b: float) -> float:
+    """z of share a minus share b under the pooled null of one common share (0 when nothing or everything clips)."""
+    pooled = (clipped_a + clipped_b) / (n_a + n_b)
+    variance = pooled * (1.0 - pooled) * (1.0 / n_a + 1.0 / n_b)
+    return (clipped_a / n_a - clipped_b / n_b) / variance**0.5 if variance > 0 else 0.0
 
 
 def default_length_buckets() -> list[tuple[int, int]]:
@@ -60,7 +74,8 @@ class HealthWarnings:
         self.emit = True  # False on all but the main process: each judges the same gathered window, one shows it
         self.on_warning = None  # called as on_warning(kind, message) when a warning fires (run_warnings.py)
         self.length_buckets = length_buckets or default_length_buckets()  # (lo, hi) inclusive
-        self.length_pending: tuple[torch.Tensor, torch.Tensor] | None = None  # per bucket [n, clipped]; moments
+        # Pooled since the last restart: per bucket [n, clipped], and the moments of (log2 length, advantage).
+        self.length_pending: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def _set(self, kind: str, condition: bool, message: str) -> None:
         if condition and kind not in self.active:
@@ -204,9 +219,12 @@ class HealthWarnings:
         populated = [i for i in range(len(self.length_buckets)) if per_bucket[i, 0] >= self.min_responses]
         if len(populated) < 2:
             return
-        self.length_pending = None
-        (short_n, short_clipped), (long_n, long_clipped) = per_bucket[populated[0]], per_bucket[populated[-1]]
-        short_share, long_share = (short_clipped / short_n).item(), (long_clipped / long_n).item()
+        (short_n, short_clipped), (long_n, long_clipped) = (
+            per_bucket[populated[0]].tolist(),
+            per_bucket[populated[-1]].tolist(),
+        )
+        short_share, long_share = short_clipped / short_n, long_clipped / long_n
+        z = two_proportion_z(short_clipped, short_n, long_clipped, long_n)
         r = pearson_from_moments(moments)
         (short_lo, short_hi), (long_lo, long_hi) = self.length_buckets[populated[0]], self.length_buckets[populated[-1]]
         if getattr(args, "epsilon_length_scaling", False):
@@ -223,10 +241,12 @@ class HealthWarnings:
             "short_responses_clipped",
             short_share >= SHORT_CLIP_MIN_SHARE
             and short_share >= SHORT_CLIP_FACTOR * long_share
+            and z >= SHORT_CLIP_MIN_Z
             and abs(r) >= LENGTH_ADVANTAGE_MIN_CORRELATION,
             f"GSPO health: short responses dominate the clip: {short_share:.0%} of the off-policy responses of "
             f"{short_lo}-{short_hi} tokens are clipped against {long_share:.0%} of those of {long_lo}-{long_hi} "
-            f"tokens, and length goes with advantage (r = {r:+.2f}: {'longer' if r > 0 else 'shorter'} responses "
-            "score better), so the clip decides which kind of response learns. The spread of log s_i shrinks like "
+            "tokens (pooled since the clip range last changed), and length goes with advantage "
+            f"(r = {r:+.2f}: {'longer' if r > 0 else 'shorter'} responses score better), so the clip decides which "
+            "kind of response learns. The spread of log s_i shrinks like "
             f"1/sqrt(length), so a fixed range clips short responses more for the same drift. {fix}",
         )

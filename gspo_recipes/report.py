@@ -240,6 +240,14 @@ def health_warnings(
 # ---------------------------------------------------------------------------------------------------------- summary
 
 
+def length_scaling_note(lines: list[dict]) -> str:
+    """How the range was applied when the run scaled it with length (epsilon_length_scaling), else nothing."""
+    references = sorted({line["epsilon_reference_length"] for line in lines if line.get("epsilon_reference_length")})
+    if not references:
+        return ""
+    return f", length-scaled: x sqrt(L_ref / L) per response, L_ref = {', '.join(map(str, references))}"
+
+
 def summarize(
     run_dir: str,
     lines: list[dict],
@@ -270,6 +278,7 @@ def summarize(
     out.append(
         f"steps {steps[0]}-{steps[-1]} ({len(lines)} logged windows), {responses} responses; clip range "
         + ", ".join(f"[1 - {lo:g}, 1 + {hi:g}]" for lo, hi in sorted(eps))
+        + length_scaling_note(lines)
     )
     if responses:
         out.append(f"clip fraction: low {low / responses:.1%}, high {high / responses:.1%} of all responses")

@@ -216,6 +216,14 @@ def test_calibrate_command_length_scaled(tmp_path, capsys):
     assert "epsilon_reference_length: 4" in out4
     assert gspo(["calibrate", str(tmp_path), "--reference-length", "4"]) == 2
     assert "add --length-scaled" in capsys.readouterr().out
+    # A run that used a scaled range: its own column is judged with it, and a plain calibration says it is plain.
+    line["epsilon_reference_length"] = 64
+    (tmp_path / "gspo_diagnostics.jsonl").write_text(json.dumps(line) + "\n")
+    assert gspo(["calibrate", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "epsilon_length_scaling: false" in out
+    assert gspo(["calibrate", str(tmp_path), "--length-scaled"]) == 0
+    assert "epsilon_reference_length: 64" in capsys.readouterr().out  # the run's own L_ref by default
 
 
 # ----------------------------------------------------------------------------------------------- health warning
@@ -320,7 +328,7 @@ def test_report_replays_the_short_responses_warning_from_the_file():
 # ----------------------------------------------------------------------------------------------- real runs
 
 
-def varied_length_run(output_dir, scaled: bool, max_steps=16):
+def varied_length_run(output_dir, scaled: bool, max_steps=20):
     """A tiny GSPO run whose responses span 1..32 tokens (an EOS bias makes lengths roughly geometric) with a reward
     that grows with length, so length goes with advantage; the range (0.02) clips the short responses, whose log s_i
     spread ~10x wider, far more than the long ones."""
@@ -370,6 +378,9 @@ def test_a_run_whose_short_responses_clip_more_warns_and_the_scaled_range_does_n
     kinds, lines = varied_length_run(tmp_path / "scaled", scaled=True)
     assert "short_responses_clipped" not in kinds
     assert {line["epsilon_reference_length"] for line in lines if "epsilon_low" in line} == {32}
+    from gspo_recipes.report import length_scaling_note
+
+    assert "length-scaled: x sqrt(L_ref / L) per response, L_ref = 32" in length_scaling_note(lines)  # gspo report
     # The file's clip counts are the scaled range's: recomputed from the recorded log s_i they agree.
     from gspo_recipes.diagnostics_file import clip_range_of_line
 
@@ -468,3 +479,19 @@ def test_scaled_range_off_the_default_path_records_per_response_clips(tmp_path, 
     assert torch.equal(low.float(), window["clipped_low"]) and torch.equal(high.float(), window["clipped_high"])
     plain_low, plain_high = clipped_sides(window["log_s"].double(), window["advantage"], 5e-3, 5e-3)
     assert (plain_low | plain_high).sum() > (low | high).sum(), "the wider scaled range should clip fewer here"
+
+
+@pytest.mark.slow
+def test_two_process_calibration_of_the_scaled_range_resumes_as_the_uninterrupted_run(tmp_path, monkeypatch):
+    """Both processes' samples, lengths included, survive the checkpoint; the resumed run fixes the same range."""
+    import json
+
+    from conftest import launch_two_cpu_processes
+
+    monkeypatch.setenv("GSPO_TEST_REFERENCE_LENGTH", "4")
+    full, resumed = tmp_path / "full.json", tmp_path / "resumed.json"
+    launch_two_cpu_processes("two_process_calibration.py", str(tmp_path / "run"), str(full), cwd=tmp_path)
+    state = json.loads((tmp_path / "run" / "checkpoint-4" / "gspo_calibration.json").read_text())
+    assert state["reference_length"] == 4 and len(state["length"]) == len(state["log_s"]) == 48
+    launch_two_cpu_processes("two_process_calibration.py", str(tmp_path / "run"), str(resumed), "resume", cwd=tmp_path)
+    assert json.loads(resumed.read_text()) == json.loads(full.read_text())

@@ -2,6 +2,7 @@
 before the range is fixed at the start of step 5).
 
 argv: OUTPUT_DIR RESULT_JSON [resume]. Process 0 writes the calibrated (epsilon_low, epsilon_high) to RESULT_JSON.
+With GSPO_TEST_REFERENCE_LENGTH=L in the environment the range is length-scaled at L_ref = L.
 """
 
 import json
@@ -21,6 +22,7 @@ def digit_count_reward(completions, **kwargs):
 
 output_dir, result_path = sys.argv[1], sys.argv[2]
 resume = len(sys.argv) > 3
+reference_length = int(os.environ.get("GSPO_TEST_REFERENCE_LENGTH", "0")) or None
 model, tokenizer = build_tiny_model_and_tokenizer()
 dataset = Dataset.from_list([{"prompt": f"{a}+{b}="} for a in range(4) for b in range(4)])
 args = GSPOConfig(
@@ -39,6 +41,8 @@ args = GSPOConfig(
     save_strategy="steps",
     save_steps=4,
     gspo_diagnostics=False,
+    epsilon_length_scaling=reference_length is not None,
+    epsilon_reference_length=reference_length,
 )
 trainer = GSPOTrainer(
     model=model, reward_funcs=digit_count_reward, args=args, train_dataset=dataset, processing_class=tokenizer
