@@ -5,8 +5,7 @@ of log s_i over steps, the spread of log s_i against response length (log-log, w
 the points), reward over steps, for MoE runs the routing change per minibatch and per layer
 (gspo_recipes/report_routing.py), the groups that carry signal (gspo_recipes/report_groups.py), and
 `gspo_report.txt`, the summary printed to the console: the warnings the run gave (recorded in the diagnostics file as
-they fired), then the clip health warnings recomputed from the recorded
-off-policy responses.
+they fired), then the clip health warnings recomputed from the recorded off-policy responses.
 
 The helpers below are pure functions over the parsed JSON lines, so that tests and notebooks can call them.
 """
