@@ -2,12 +2,14 @@
 statistics for the diagnostics callbacks.
 
 Only `_compute_loss` changes, and only for the GSPO setting (sequence ratios, `loss_type="grpo"`); every other loss
-type is TRL's own (the README's loss-type table). There it differs from TRL's own loss in three ways:
+type is TRL's own (the README's loss-type table). There it differs from TRL's own loss in these ways:
 - GSPO-token: with advantages of shape (B, T) each token's gradient is s_i * A_t * grad log pi(y_t) (the paper's
   stop-gradient form). TRL's main trainer broadcasts a sequence ratio against (B, T) advantages, which gives every
   token the response's mean advantage times the mean gradient instead.
 - The mean log-ratio is clamped before `exp`, so no response produces inf or NaN.
 - The share masked by each of TRL's loss options (OPSM, top_entropy_quantile, delta) is logged (loss_options.py).
+- Opt-in `token_log_ratio_clip`: GMPO's per-token clamp before the mean (loss.py `clamp_token_log_ratios`); and for
+  the diagnostics, which clipped responses one token clips (loss.py `one_token_clips`, from the same log-ratios).
 For response-level advantages the loss and its gradient are otherwise TRL's, KL term, entropy bonus, OPSM,
 `top_entropy_quantile`, `delta` and the normalisation of `mask_truncated_completions` included (tests/test_trainer.py
 and tests/test_loss_options.py check it). What the trainer assumes about TRL's internals is in gspo_recipes/_trl.py.
