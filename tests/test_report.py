@@ -253,7 +253,8 @@ def test_old_diagnostics_file_without_one_token_counts_still_reports(tmp_path):
 
 def wasting_lines(eps_highs=(4e-4, 4e-4, 4e-4), responses=128, **fields):
     """Lines whose positive responses are all clipped high (log s_i = 2.5 epsilon_high): the rollouts are wasted."""
-    signs, lengths = [1, -1] * (responses // 2), [4, 12] * (responses // 2)
+    # Both lengths on both sides, so length says nothing about the advantage (no short_responses_clipped).
+    signs, lengths = [1, -1] * (responses // 2), [4, 4, 12, 12] * (responses // 4)
     return [
         {**crafted_line(step, [2.5 * eps] * responses, signs, lengths, eps_high=eps), **fields}
         for step, eps in enumerate(eps_highs, start=1)
