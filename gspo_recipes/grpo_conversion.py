@@ -25,7 +25,8 @@ from dataclasses import fields
 from trl import GRPOConfig
 
 from . import _trl
-from .config import CISPO_RECOMMENDED_CAP, TOKEN_SUM_LOSS_TYPES, GSPOConfig
+from .config import GSPOConfig
+from .config_checks import CISPO_RECOMMENDED_CAP, TOKEN_SUM_LOSS_TYPES
 
 logger = logging.getLogger(__name__)
 
