@@ -130,5 +130,5 @@ def one_token_fractions(
     ]:
         counted = clipped & in_bucket
         if counted.any():
-            metrics[f"gspo/clip_frac/one_token{suffix}"] = window["one_token"][counted].mean().item()
+            metrics[f"gspo/clip_frac/one_token{suffix}"] = (window["one_token"][counted] > 0).float().mean().item()
     return metrics

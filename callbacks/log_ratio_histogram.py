@@ -156,7 +156,8 @@ def diagnostics_line(step, window, selected, counts, edges, buckets, trainer) ->
                 "responses": int(in_bucket.sum()),
                 "clipped_low": int(window["clipped_low"][in_bucket].sum()),
                 "clipped_high": int(window["clipped_high"][in_bucket].sum()),
-                "one_token": int(window["one_token"][in_bucket].sum()),  # of the clipped ones (loss.one_token_clips)
+                # the clipped ones one token clips (loss.one_token_clips)
+                "one_token": int((window["one_token"][in_bucket] > 0).sum()),
                 "log_s_std": spread.std(correction=0).item() if spread.numel() else None,
             }
         )
@@ -188,7 +189,8 @@ def diagnostics_line(step, window, selected, counts, edges, buckets, trainer) ->
             # The advantages themselves, for the length-advantage correlation of the health check on replay.
             "advantage": [float(f"{v:.4g}") for v in window["advantage"][later].tolist()],
             "length": [int(v) for v in window["length"][later].tolist()],
-            "one_token": [int(v) for v in window["one_token"][later].tolist()],
+            # Per one-token clip the |log-ratio| of the token that alone clips it, 0 elsewhere
+            "one_token": [float(f"{v:.3g}") for v in window["one_token"][later].tolist()],
         },
     }
 

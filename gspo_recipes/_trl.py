@@ -270,7 +270,7 @@ def attach_response_stats(trainer):
     (`one_token_clips`, from the same token log-ratios); a GSPOConfig's `token_log_ratio_clip`, which TRL's loss does
     not apply, is refused rather than ignored.
     """
-    from .loss import clipped_sides, one_token_clips, response_advantage, sequence_log_ratio
+    from .loss import clipped_sides, one_token_clip_drivers, response_advantage, sequence_log_ratio
     from .response_stats import ResponseStats
 
     stats = getattr(trainer, "response_stats", None)
@@ -304,7 +304,7 @@ def attach_response_stats(trainer):
             log_s = sequence_log_ratio(logps, old, mask)
             advantages = response_advantage(inputs["advantages"], mask)
             low, high = clipped_sides(log_s, advantages, trainer.epsilon_low, trainer.epsilon_high)
-            one_token = one_token_clips(logps - old, mask, low, high, trainer.epsilon_low, trainer.epsilon_high)
+            one_token = one_token_clip_drivers(logps - old, mask, low, high, trainer.epsilon_low, trainer.epsilon_high)
             stats.record(log_s, mask.sum(-1), advantages, low, high, minibatch_index(trainer), one_token=one_token)
         return loss
 

@@ -28,6 +28,11 @@ logger = logging.getLogger(__name__)
 # The embedded default has r ~ 0.6 (longer answers score better) but clips its two length buckets alike (16% and 13%
 # over its run, z <= 1.2 at every step): silent. Judged window by window instead, one window's 3 clips out of 64
 # made it 16% against 5% there.
+# A one-token clip counts towards the warning only when its token moved by at least this much in log-ratio (a factor
+# e in probability): a peaked model's few uncertain tokens carry all of its ordinary drift, so most of its clips are
+# one-token clips by small moves that a clamp would only distort (the embedded default: MEASURED). The explainer's
+# outlier, 0.001 -> 0.1, is log 100 = 4.6; GMPO's own clamp is 0.4.
+ONE_TOKEN_OUTLIER_LOG_RATIO = 1.0
 SHORT_CLIP_FACTOR = 3.0
 SHORT_CLIP_MIN_SHARE = 0.05
 SHORT_CLIP_MIN_Z = 2.5
@@ -175,7 +180,8 @@ class HealthWarnings:
         if pooled.shape[1] < self.min_responses:
             return
         self.pending_one_token = []
-        one_token = pooled[0] > 0
+        # One-token clips by an outlier token: the field holds the driving token's |log-ratio| (0: not one-token).
+        one_token = pooled[0] >= ONE_TOKEN_OUTLIER_LOG_RATIO
         share = one_token.double().mean().item()
         if share <= 0.5:
             self._set("one_token_clips", False, "")
@@ -183,13 +189,15 @@ class HealthWarnings:
         eps_low, eps_high = self.clip_range or (getattr(args, "epsilon", args.epsilon_high), args.epsilon_high)
         epsilon = min(eps_low, eps_high)
         length = pooled[1][one_token].median().item()
+        moved = pooled[0][one_token].median().item()
         current = getattr(args, "token_log_ratio_clip", None)
         self._set(
             "one_token_clips",
             True,
             f"GSPO health: {share:.0%} of the clipped off-policy responses ({int(one_token.sum())} of "
-            f"{pooled.shape[1]}) are one-token clips: with the token pushing in the clipped direction left out, log "
-            "s_i would be inside the clip range, so one token's log-ratio drops the whole response. Fix: "
+            f"{pooled.shape[1]}) are one-token clips by an outlier token (median |log-ratio| {moved:.2g}): with "
+            "that token left out, log s_i would be inside the clip range, so one token's log-ratio drops the whole "
+            "response. Fix: "
             f"token_log_ratio_clip={length * epsilon:.2g} (clamps each token's log-ratio before the mean, GMPO-style; "
             f"median one-token-clipped length {length:.0f} x epsilon {epsilon:g}, so one token alone moves log s_i by "
             "at most the clip range)" + (f"; it is {current} now, lower it." if current is not None else "."),

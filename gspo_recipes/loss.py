@@ -150,10 +150,24 @@ def one_token_clips(
     token GMPO's pessimistic clamp caps. A one-token response has nothing left to compare and never counts.
     `log_ratio` is what the loss averaged (the clamped values when `token_log_ratio_clip` is on). O(N T), no gradient.
     """
-    one_token = torch.zeros_like(clipped_low, dtype=torch.bool)
+    return one_token_clip_drivers(log_ratio, mask, clipped_low, clipped_high, eps_low, eps_high) > 0
+
+
+def one_token_clip_drivers(
+    log_ratio: torch.Tensor,
+    mask: torch.Tensor,
+    clipped_low: torch.Tensor,
+    clipped_high: torch.Tensor,
+    eps_low: Epsilon,
+    eps_high: Epsilon,
+) -> torch.Tensor:
+    """For each one-token clip (`one_token_clips`), the |log-ratio| of the token that alone clips it; 0 elsewhere.
+    Shape (N,) float. The size tells an outlier token (the explainer's 0.001 -> 0.1 is log 100 = 4.6) from the
+    ordinary drift of a peaked model, whose few uncertain tokens carry all of log s_i."""
+    drivers = torch.zeros_like(clipped_low, dtype=torch.float32)
     rows = (clipped_low | clipped_high).nonzero().squeeze(-1)  # only the clipped responses are looked at
     if rows.numel() == 0:
-        return one_token
+        return drivers
     log_ratio = log_ratio.detach()[rows].float()
     mask = mask[rows].bool()
     lengths = mask.sum(-1)
@@ -165,8 +179,11 @@ def one_token_clips(
     eps_low, eps_high = (e[rows] if isinstance(e, torch.Tensor) and e.dim() else e for e in (eps_low, eps_high))
     _, rest_above = outside_clip_range((total - largest.clamp(min=-1e30)) / rest, eps_low, eps_high)
     rest_below, _ = outside_clip_range((total - smallest.clamp(max=1e30)) / rest, eps_low, eps_high)
-    one_token[rows] = ((clipped_high[rows] & ~rest_above) | (clipped_low[rows] & ~rest_below)) & (lengths >= 2)
-    return one_token
+    high = clipped_high[rows] & ~rest_above & (lengths >= 2)
+    low = clipped_low[rows] & ~rest_below & (lengths >= 2)
+    # A token that alone takes the mean out of the range has moved, so its |log-ratio| is > 0 wherever it counts.
+    drivers[rows] = torch.where(high, largest.abs(), torch.where(low, smallest.abs(), torch.zeros_like(largest)))
+    return drivers
 
 
 def clamp_to_range(ratio: torch.Tensor, eps_low: Epsilon, eps_high: Epsilon) -> torch.Tensor:

@@ -46,8 +46,8 @@ class ResponseStats:
         self._restored = False
 
     def record(self, log_s, lengths, advantages, clipped_low, clipped_high, minibatch: int, one_token=None) -> None:
-        """Add one micro-batch of responses; responses with no completion tokens are left out. `one_token`: which
-        clipped responses are one-token clips (`loss.one_token_clips`); None records none."""
+        """Add one micro-batch of responses; responses with no completion tokens are left out. `one_token`: for the
+        one-token clips the driving token's |log-ratio| (`loss.one_token_clip_drivers`), 0 elsewhere; None: none."""
         lengths = lengths.detach().reshape(-1)
         kept = lengths > 0
         chunk = {

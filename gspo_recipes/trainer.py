@@ -36,7 +36,7 @@ from .loss import (
     gspo_token_objective,
     length_scaled_epsilons,
     mean_over_responses,
-    one_token_clips,
+    one_token_clip_drivers,
     response_advantage,
     sequence_log_ratio,
 )
@@ -311,7 +311,7 @@ class GSPOTrainer(GRPOTrainer):
                 log_ratio = per_token_logps.detach() - old_per_token_logps
                 if self.args.token_log_ratio_clip is not None:  # judged on what the loss averaged
                     log_ratio = clamp_token_log_ratios(log_ratio, response_adv, self.args.token_log_ratio_clip)[0]
-                one_token = one_token_clips(log_ratio, mask, low, high, eps_low, eps_high)
+                one_token = one_token_clip_drivers(log_ratio, mask, low, high, eps_low, eps_high)
             self._record_responses(log_s, lengths, response_adv, low, high, one_token)
         return loss
 
