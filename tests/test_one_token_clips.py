@@ -305,6 +305,46 @@ def test_open_window_saved_before_the_field_existed_restores(tmp_path):
     assert stats.window(step=4)["one_token"].tolist() == [0.0, 0.0]
 
 
+def test_health_warns_about_outlier_tokens_not_about_a_peaked_models_ordinary_drift():
+    """A peaked model's few uncertain tokens carry all its drift, so nearly all its clips are one-token clips by small
+    moves (the embedded default: 115 of 117, median |log-ratio| 0.11): no warning. The explainer's outlier token
+    (log 100 = 4.6) driving most clips: the warning, quoting how far the tokens moved."""
+    args = type("Args", (), {"epsilon": 3e-4, "epsilon_high": 4e-4, "learning_rate": 1e-6})()
+
+    def judged(drivers: list[float]) -> list[str]:
+        n, health = len(drivers), HealthWarnings(min_responses=8)
+        health.check_window(
+            {
+                "log_s": torch.full((n,), 1e-3),
+                "length": torch.full((n,), 24.0),
+                "advantage": torch.ones(n),
+                "clipped_low": torch.zeros(n),
+                "clipped_high": torch.ones(n),
+                "minibatch": torch.full((n,), 2.0),
+                "one_token": torch.tensor(drivers),
+            },  # fmt: skip
+            args,
+        )
+        return [w["message"] for w in health.history]
+
+    assert judged([0.11] * 7 + [0.92]) == []
+    assert judged([0.9] * 8) == []
+    fired = judged([4.6] * 6 + [0.11, 0.0])
+    assert len(fired) == 1 and "median |log-ratio| 4.6" in fired[0]
+
+
+def test_drivers_are_the_size_of_the_token_that_alone_clips():
+    from gspo_recipes.loss import one_token_clip_drivers
+
+    log_ratio = torch.tensor([[4.6, 0.0, 0.0, 0.0], [0.01, 0.01, 0.01, 0.01], [-0.0, -2.0, 0.0, 0.0]])
+    mask = torch.ones_like(log_ratio)
+    high = torch.tensor([True, True, False])
+    low = torch.tensor([False, False, True])
+    drivers = one_token_clip_drivers(log_ratio, mask, low, high, 3e-4, 4e-4)
+    # Row 0: one outlier clips it high; row 1: broad drift, not one token; row 2: one token clips it low.
+    assert drivers.tolist() == pytest.approx([4.6, 0.0, 2.0])
+
+
 def test_health_one_token_judgement_pools_responses_and_restarts():
     health = HealthWarnings(min_responses=4)
     args = type("Args", (), {"epsilon": 3e-4, "epsilon_high": 4e-4, "learning_rate": 1e-6})()
