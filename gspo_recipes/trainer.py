@@ -254,9 +254,10 @@ class GSPOTrainer(GRPOTrainer):
         if old_per_token_logps is None:  # exactly on-policy: TRL skips the old forward pass
             old_per_token_logps = per_token_logps.detach()
         advantages = inputs["advantages"]
+        lengths = mask.sum(-1)
         # Floats (the plain range), or one range per response with epsilon_length_scaling.
         eps_low, eps_high = length_scaled_epsilons(
-            self.epsilon_low, self.epsilon_high, mask.sum(-1), self.epsilon_reference_length
+            self.epsilon_low, self.epsilon_high, lengths, self.epsilon_reference_length
         )
 
         surrogate, log_s, _ = gspo_token_objective(
@@ -299,7 +300,6 @@ class GSPOTrainer(GRPOTrainer):
 
         response_adv = response_advantage(advantages, mask)
         low, high = clipped_sides(log_s, response_adv, eps_low, eps_high)
-        lengths = mask.sum(-1)
         self._log_loss_metrics(mode, mask, entropies, low, high, lengths, per_token_kl)
         metrics = _trl.metric_store(self, mode)
         shares = masked_shares(self, mask, off_policy_mask, entropy_mask, log_s, response_adv, self._global_mean)
