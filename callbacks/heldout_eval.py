@@ -50,6 +50,7 @@ from transformers import TrainerCallback
 from gspo_recipes._trl import add_to_trainer_logs
 from gspo_recipes.response_stats import checkpoint_folder
 from gspo_recipes.rewards import get_reward
+from gspo_recipes.rewards.math.graders import final_answer_key
 from gspo_recipes.rewards.text import completion_text
 from gspo_recipes.run_warnings import record_warning
 from gspo_recipes.stats.heldout import DivergenceJudge, heldout_scores
@@ -286,28 +287,6 @@ def training_reward(log_history: list[dict], since_step: int, grader: str, train
     pending = metric_store(trainer).get(key) or []  # this step's window: logged after the callbacks' on_step_end
     values += [sum(pending) / len(pending)] if pending else []
     return sum(values) / len(values) if values else None
-
-
-def final_answer_key(grader: str, text: str, row: dict):
-    """The final answer the strict math grader reads, in a form that compares across samples; None if unreadable
-    (no committed answer, a hedge, answers that disagree): such a sample never wins a majority vote."""
-    from gspo_recipes.rewards.math.contract import plain_number, squash
-    from gspo_recipes.rewards.math.graders import _committed_answers, _last_box
-    from gspo_recipes.rewards.math.lenient import _format_number, _gsm8k_gold, _math_gold
-
-    if grader == "gsm8k_accuracy":
-        value = _gsm8k_gold(row.get("answer"))
-        gold = None if value is None else _format_number(value)
-    else:
-        parsed = _math_gold(row.get("solution"), row.get("answer"))
-        gold = None if parsed is None else (parsed[0] if parsed[1] else _last_box(parsed[0]))
-    if gold is None:
-        return None
-    forms = _committed_answers(text, gold, _prompt_text(row["prompt"]))
-    if not isinstance(forms, list):
-        return None
-    keys = {str(plain_number(form)) if plain_number(form) is not None else squash(form) for form in forms}
-    return keys.pop() if len(keys) == 1 else None
 
 
 def generation_config(trainer, tokenizer):

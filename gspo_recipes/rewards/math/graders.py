@@ -120,6 +120,25 @@ def gsm8k_accuracy_lenient(completions: list, **kwargs: Any) -> list[float | Non
 # ----------------------------------------------------------------------------------------------------------------
 
 
+def final_answer_key(grader: str, text: str, row: dict) -> str | None:
+    """The final answer `grader` ("gsm8k_accuracy" or "math_accuracy") reads in `text`, in a form that compares across
+    samples (held-out maj@k); None where the contract refuses it (no committed answer, a hedge, answers that disagree,
+    an echo of the problem in `row["prompt"]`) or the gold in `row` does not parse: such a sample never wins a vote."""
+    if grader == "gsm8k_accuracy":
+        value = _gsm8k_gold(row.get("answer"))
+        gold = None if value is None else _format_number(value)
+    else:
+        parsed = _math_gold(row.get("solution"), row.get("answer"))
+        gold = None if parsed is None else (parsed[0] if parsed[1] else _last_box(parsed[0]))
+    if gold is None:
+        return None
+    forms = _committed_answers(text, gold, _prompt_text(row.get("prompt")))
+    if not isinstance(forms, list):
+        return None
+    keys = {str(plain_number(form)) if plain_number(form) is not None else squash(form) for form in forms}
+    return keys.pop() if len(keys) == 1 else None
+
+
 def problem_texts(prompts: list | None, columns: dict, n: int) -> list[str | None]:
     """The problem statement of each completion, for the echo rule: the user's messages of the prompt TRL passes,
     else a `problem` or `question` column; None when there is none (then nothing counts as an echo)."""
