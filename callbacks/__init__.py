@@ -5,17 +5,16 @@ Each drops into any TRL `GRPOTrainer` with `importance_sampling_level="sequence"
 """
 
 from gspo_recipes._trl import attach_response_stats
+from gspo_recipes.callbacks.clip_fraction import ClipFractionByLengthCallback
+from gspo_recipes.callbacks.entropy_collapse import EntropyCollapseCallback
+from gspo_recipes.callbacks.heldout_eval import HeldoutEvalCallback
+from gspo_recipes.callbacks.log_ratio_histogram import LogRatioHistogramCallback
+from gspo_recipes.callbacks.reward_hacking import CODE_REWARDS, RewardHackingCallback
+from gspo_recipes.callbacks.routing_volatility import RoutingVolatilityCallback
 from gspo_recipes.diagnostics_file import DIAGNOSTICS_FILE
 from gspo_recipes.health import HealthWarnings
 from gspo_recipes.moe import is_moe_model
 from gspo_recipes.response_stats import ResponseStats
-
-from .clip_fraction import ClipFractionByLengthCallback
-from .entropy_collapse import EntropyCollapseCallback
-from .heldout_eval import HeldoutEvalCallback
-from .log_ratio_histogram import LogRatioHistogramCallback
-from .reward_hacking import CODE_REWARDS, RewardHackingCallback
-from .routing_volatility import RoutingVolatilityCallback
 
 
 def default_callbacks(trainer) -> list:

@@ -9,10 +9,10 @@ import importlib
 __version__ = "0.1.0"
 __all__ = ["GSPOConfig", "GSPOTrainer", "gspo_loss"]
 
-_HOMES = {"GSPOConfig": ".config", "GSPOTrainer": ".trainer", "gspo_loss": ".loss"}
+_HOMES = {"GSPOConfig": "gspo_recipes.config", "GSPOTrainer": "gspo_recipes.trainer", "gspo_loss": "gspo_recipes.loss"}
 
 
 def __getattr__(name):
     if name in _HOMES:
-        return getattr(importlib.import_module(_HOMES[name], __name__), name)
+        return getattr(importlib.import_module(_HOMES[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

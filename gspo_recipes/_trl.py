@@ -270,8 +270,8 @@ def attach_response_stats(trainer):
     (`one_token_clips`, from the same token log-ratios); a GSPOConfig's `token_log_ratio_clip`, which TRL's loss does
     not apply, is refused rather than ignored.
     """
-    from .loss import clipped_sides, one_token_clip_drivers, response_advantage, sequence_log_ratio
-    from .response_stats import ResponseStats
+    from gspo_recipes.loss import clipped_sides, one_token_clip_drivers, response_advantage, sequence_log_ratio
+    from gspo_recipes.response_stats import ResponseStats
 
     stats = getattr(trainer, "response_stats", None)
     if stats is not None:
@@ -331,8 +331,8 @@ def attach_routing(trainer, replay: bool = False):
     gradient checkpointing recomputes layers with the same routes). Works for `GSPOTrainer` and a plain
     `GRPOTrainer` alike; what the loss computes is unchanged unless replay is on.
     """
-    from .moe import is_moe_model
-    from .moe.monitor import RoutingMonitor
+    from gspo_recipes.moe import is_moe_model
+    from gspo_recipes.moe.monitor import RoutingMonitor
 
     monitor = getattr(trainer, "routing_monitor", None)
     if monitor is not None:

@@ -16,10 +16,10 @@ import os
 
 import torch
 
-from .calibration import calibrate_epsilons, length_normalised
-from .calibration import nan_to as _zero_nan
-from .diagnostics_file import DIAGNOSTICS_FILE, has_responses, read_diagnostics
-from .loss import clipped_sides, length_scaled_epsilons
+from gspo_recipes.calibration import calibrate_epsilons, length_normalised
+from gspo_recipes.calibration import nan_to as _zero_nan
+from gspo_recipes.diagnostics_file import DIAGNOSTICS_FILE, has_responses, read_diagnostics
+from gspo_recipes.loss import clipped_sides, length_scaled_epsilons
 
 
 def clip_fraction_by_bucket(log_s, advantage_sign, lengths, eps_low, eps_high, buckets) -> list[dict]:

@@ -35,8 +35,8 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
 
-from .data.synthetic_gsm import PROMPT_SUFFIX, format_prompt, is_correct, make_gsm_problems
-from .tiny import build_model, build_tokenizer
+from gspo_recipes.data.synthetic_gsm import PROMPT_SUFFIX, format_prompt, is_correct, make_gsm_problems
+from gspo_recipes.tiny import build_model, build_tokenizer
 
 # Bump whenever the data, the model shape or the training changes: the cache folder is named after it, so an
 # incompatible change rebuilds the model instead of loading a stale one.

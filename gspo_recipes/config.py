@@ -72,9 +72,9 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
-from . import config_checks
-from .config_checks import CISPO_RECOMMENDED_CAP, TOKEN_SIZED_EPSILON, TOKEN_SUM_LOSS_TYPES  # noqa: F401 (public)
-from .stats.heldout import check_heldout_settings
+import gspo_recipes.config_checks as config_checks
+from gspo_recipes.config_checks import CISPO_RECOMMENDED_CAP, TOKEN_SIZED_EPSILON, TOKEN_SUM_LOSS_TYPES  # noqa: F401 (public)
+from gspo_recipes.stats.heldout import check_heldout_settings
 
 logger = logging.getLogger(__name__)
 
@@ -315,7 +315,9 @@ class GSPOConfig(GRPOConfig):
         config_checks.check_routing_replay(self)
         config_checks.check_dynamic_sampling(self)
         check_heldout_settings(self)
-        from .sampler.mask_settings import check_sampling_mask_settings  # imported here: sampler/ sits above config
+        from gspo_recipes.sampler.mask_settings import (
+            check_sampling_mask_settings,  # imported here: sampler/ sits above config
+        )
 
         check_sampling_mask_settings(self)
         config_checks.warn_if_on_policy(self)

@@ -4,7 +4,7 @@ field and the fix, or warns once (from the first process) where a setting is leg
 
 from __future__ import annotations
 
-from ._trl import TWO_SIDED_CLIP_LOSS_TYPES, has_off_policy_minibatches
+from gspo_recipes._trl import TWO_SIDED_CLIP_LOSS_TYPES, has_off_policy_minibatches
 
 # Loss types that sum per-token terms over the batch: with one ratio per response, each response then counts in
 # proportion to its length (TRL issue 3823), which is not GSPO's objective.
@@ -160,7 +160,7 @@ def check_routing_replay(config) -> None:
 
 
 def check_dynamic_sampling(config) -> None:
-    from .stats.groups import SHAPING_REWARDS
+    from gspo_recipes.stats.groups import SHAPING_REWARDS
 
     if config.zero_std_epsilon < 0:
         raise ValueError(f"zero_std_epsilon={config.zero_std_epsilon} is negative; use 0 or a small positive std.")

@@ -68,7 +68,7 @@ def clip_range_of_line(line: dict, lengths):
     """The clip range a line's responses of these `lengths` were judged with: the line's (epsilon_low,
     epsilon_high), scaled per response by sqrt(L_ref / L) when the run used a length-scaled range (the line's
     "epsilon_reference_length"; absent or null: the plain range)."""
-    from .loss import length_scaled_epsilons
+    from gspo_recipes.loss import length_scaled_epsilons
 
     return length_scaled_epsilons(
         line["epsilon_low"], line["epsilon_high"], lengths, line.get("epsilon_reference_length")

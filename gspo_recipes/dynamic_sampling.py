@@ -33,8 +33,8 @@ import os
 
 import torch
 
-from . import _trl
-from .stats.groups import has_signal
+from gspo_recipes import _trl
+from gspo_recipes.stats.groups import has_signal
 
 STATE_FILE = "dynamic_sampling.json"
 

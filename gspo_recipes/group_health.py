@@ -10,9 +10,9 @@ import logging
 
 import torch
 
-from . import _trl
-from .run_warnings import record_warning
-from .stats.groups import LowSignalWarning, add_counts, group_counts, group_fractions, signal_reward_index
+from gspo_recipes import _trl
+from gspo_recipes.run_warnings import record_warning
+from gspo_recipes.stats.groups import LowSignalWarning, add_counts, group_counts, group_fractions, signal_reward_index
 
 logger = logging.getLogger(__name__)
 

@@ -24,9 +24,9 @@ from dataclasses import fields
 
 from trl import GRPOConfig
 
-from . import _trl
-from .config import GSPOConfig
-from .config_checks import CISPO_RECOMMENDED_CAP, TOKEN_SUM_LOSS_TYPES
+from gspo_recipes import _trl
+from gspo_recipes.config import GSPOConfig
+from gspo_recipes.config_checks import CISPO_RECOMMENDED_CAP, TOKEN_SUM_LOSS_TYPES
 
 logger = logging.getLogger(__name__)
 

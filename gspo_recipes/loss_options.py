@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import torch
 
-from . import _trl
-from .loss import MAX_LOG_RATIO
+from gspo_recipes import _trl
+from gspo_recipes.loss import MAX_LOG_RATIO
 
 
 def policy_masks(trainer, inputs, per_token_logps, old_per_token_logps, entropies, advantages, mask):

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field, replace
 
 from trl import ModelConfig, ScriptArguments, TrlParser
 
-from . import builtin
-from .config import GSPOConfig
-from .diagnostics_file import diagnostics_path
+import gspo_recipes.builtin as builtin
+from gspo_recipes.config import GSPOConfig
+from gspo_recipes.diagnostics_file import diagnostics_path
 
 LOCAL_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 
@@ -186,7 +186,7 @@ def add_heldout_eval(trainer, heldout, train_dataset) -> None:
     before training)."""
     if heldout is None:
         return
-    from .callbacks import HeldoutEvalCallback
+    from gspo_recipes.callbacks import HeldoutEvalCallback
 
     trained = {_prompt_key(prompt) for prompt in train_dataset["prompt"]}
     kept = [i for i, prompt in enumerate(heldout["prompt"]) if _prompt_key(prompt) not in trained]

@@ -24,13 +24,13 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from .diagnostics_file import DIAGNOSTICS_FILE, has_responses, read_diagnostics
-from .report_figures import plot_clip_fractions, plot_heatmap, plot_reward, plot_spread
-from .report_groups import GROUPS_FIGURE, groups_summary, plot_groups
-from .report_heldout import HELDOUT_FIGURE, heldout_summary, plot_heldout
-from .report_one_token import ONE_TOKEN_FIGURE, one_token_summary, plot_one_token
-from .report_routing import ROUTING_FIGURE, plot_routing, routing_summary
-from .run_warnings import recorded_warnings
+from gspo_recipes.diagnostics_file import DIAGNOSTICS_FILE, has_responses, read_diagnostics
+from gspo_recipes.report_figures import plot_clip_fractions, plot_heatmap, plot_reward, plot_spread
+from gspo_recipes.report_groups import GROUPS_FIGURE, groups_summary, plot_groups
+from gspo_recipes.report_heldout import HELDOUT_FIGURE, heldout_summary, plot_heldout
+from gspo_recipes.report_one_token import ONE_TOKEN_FIGURE, one_token_summary, plot_one_token
+from gspo_recipes.report_routing import ROUTING_FIGURE, plot_routing, routing_summary
+from gspo_recipes.run_warnings import recorded_warnings
 
 STATE_FILE = "trainer_state.json"
 SUMMARY_FILE = "gspo_report.txt"
@@ -186,9 +186,9 @@ def health_warnings(
     """
     import torch
 
-    from .diagnostics_file import clip_range_of_line
-    from .health import HealthWarnings
-    from .loss import clipped_sides
+    from gspo_recipes.diagnostics_file import clip_range_of_line
+    from gspo_recipes.health import HealthWarnings
+    from gspo_recipes.loss import clipped_sides
 
     learning_rates = learning_rates or {}
     buckets = [(b["lo"], b["hi"]) for b in lines[0]["buckets"]] if lines else []

@@ -5,8 +5,8 @@ sampling its "dynamic_sampling" sections. Pure functions over the parsed lines, 
 
 from __future__ import annotations
 
-from .report_figures import pyplot, save
-from .stats.groups import LowSignalWarning, group_fractions
+from gspo_recipes.report_figures import pyplot, save
+from gspo_recipes.stats.groups import LowSignalWarning, group_fractions
 
 GROUPS_FIGURE = "gspo_groups.png"
 SERIES = ("solve_all_frac", "solve_none_frac", "zero_std_frac", "effective_frac")

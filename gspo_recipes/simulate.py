@@ -203,7 +203,7 @@ def run(args: argparse.Namespace) -> int:
     )
     print(format_table(rows, args.sigma, args.count, token_range, sequence_range, reference))
     if args.outlier_shift:  # one-token clips, with and without the clamp (gspo_recipes/simulate_outliers.py)
-        from .simulate_outliers import format_outlier_table, simulate_outliers
+        from gspo_recipes.simulate_outliers import format_outlier_table, simulate_outliers
 
         outliers = simulate_outliers(args.sigma, args.lengths, args.count, sequence_range, args.outlier_shift,
                                      args.outlier_rate, args.token_log_ratio_clip, args.seed)  # fmt: skip

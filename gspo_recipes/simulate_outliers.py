@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .loss import clamp_token_log_ratios, clipped_sides, one_token_clips, sequence_log_ratio
+from gspo_recipes.loss import clamp_token_log_ratios, clipped_sides, one_token_clips, sequence_log_ratio
 
 CHUNK_ELEMENTS = 1 << 22  # token log-ratios drawn per chunk (16 MB of float32)
 

@@ -24,12 +24,12 @@ import torch
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOConfig, GRPOTrainer
 
-from . import _trl
-from .calibration import EpsilonCalibration
-from .config import GSPOConfig
-from .group_health import GroupHealth
-from .grpo_conversion import from_grpo_config
-from .loss import (
+from gspo_recipes import _trl
+from gspo_recipes.calibration import EpsilonCalibration
+from gspo_recipes.config import GSPOConfig
+from gspo_recipes.group_health import GroupHealth
+from gspo_recipes.grpo_conversion import from_grpo_config
+from gspo_recipes.loss import (
     MAX_LOG_RATIO,
     clamp_token_log_ratios,
     clipped_sides,
@@ -40,9 +40,9 @@ from .loss import (
     response_advantage,
     sequence_log_ratio,
 )
-from .loss_options import add_entropy_bonus, masked_shares, policy_masks, response_share
-from .sampler import SamplerLogprobs
-from .sampler.sampling_mask import KEPT_IDS_KEY
+from gspo_recipes.loss_options import add_entropy_bonus, masked_shares, policy_masks, response_share
+from gspo_recipes.sampler import SamplerLogprobs
+from gspo_recipes.sampler.sampling_mask import KEPT_IDS_KEY
 
 logger = logging.getLogger(__name__)
 
@@ -114,13 +114,13 @@ class GSPOTrainer(GRPOTrainer):
         self.group_health = GroupHealth(self)
         self.dynamic_sampler = None
         if getattr(args, "dynamic_sampling", False):
-            from .dynamic_sampling import DynamicSampler
+            from gspo_recipes.dynamic_sampling import DynamicSampler
 
             self.dynamic_sampler = DynamicSampler(self)
         if getattr(args, "routing_replay", False):  # refuses dense models and routers it cannot replay exactly
             _trl.attach_routing(self, replay=True)
         if args.gspo_diagnostics:
-            from .callbacks import default_callbacks  # the callbacks sit above the trainer: imported on use
+            from gspo_recipes.callbacks import default_callbacks  # the callbacks sit above the trainer: imported on use
 
             for callback in default_callbacks(self):
                 self.add_callback(callback)

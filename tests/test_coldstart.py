@@ -8,7 +8,7 @@ import re
 import pytest
 import torch
 
-from gspo_recipes import coldstart
+import gspo_recipes.coldstart as coldstart
 from gspo_recipes.coldstart import ColdStartConfig, encode_for_training, load_or_build_coldstart_model, train_coldstart
 from gspo_recipes.data.synthetic_gsm import (
     PROMPT_SUFFIX,

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from gspo_recipes import simulate as sim
+import gspo_recipes.simulate as sim
 
 
 def normal_cdf(x: float) -> float:

@@ -168,7 +168,7 @@ def infer_kind(name: str, target: str | None, row: dict) -> str | None:
 
 def _case_builder(kind: str) -> Callable:
     if kind == "math":
-        from ..rewards.math.audit_cases import math_audit_cases
+        from gspo_recipes.rewards.math.audit_cases import math_audit_cases
 
         return math_audit_cases
     try:
@@ -180,7 +180,7 @@ def _case_builder(kind: str) -> Callable:
 
 def _load_reward(spec: str) -> tuple[Callable, str | None]:
     """The reward and where it lives (the registry's `module:function`, or the function's own module)."""
-    from ..rewards import registry
+    from gspo_recipes.rewards import registry
 
     try:
         reward = registry.get_reward(spec)
@@ -191,7 +191,7 @@ def _load_reward(spec: str) -> tuple[Callable, str | None]:
 
 
 def _load_rows(args: argparse.Namespace) -> list[dict]:
-    from ..recipe import load_train_dataset, map_columns
+    from gspo_recipes.recipe import load_train_dataset, map_columns
 
     script_args = SimpleNamespace(
         dataset_name=args.data,

@@ -45,7 +45,7 @@ OUTPUT_COLUMNS = ("pass_rate", "signal_reward", "sample_rewards", "samples")
 
 
 def _recipe_arguments():
-    from ..recipe import RecipeArguments
+    from gspo_recipes.recipe import RecipeArguments
 
     @dataclass
     class PassrateArguments(RecipeArguments):
@@ -64,8 +64,8 @@ def _recipe_arguments():
 def parse(argv: list[str]):
     from trl import ModelConfig, TrlParser
 
-    from ..config import GSPOConfig
-    from ..recipe import _has_flag
+    from gspo_recipes.config import GSPOConfig
+    from gspo_recipes.recipe import _has_flag
 
     if not _has_flag(argv, "--config") and not _has_flag(argv, "--model_name_or_path"):
         argv = [*OFFLINE_FLAGS, *argv]
@@ -102,10 +102,10 @@ def run(args: argparse.Namespace) -> int:
 def main(argv: list[str]) -> int:
     from accelerate import PartialState
 
-    from ..recipe import load_train_dataset, map_columns, model_and_tokenizer
-    from ..rewards import get_rewards
-    from ..stats.groups import signal_reward_index
-    from .passrate_sampling import Sampler, reward_names
+    from gspo_recipes.commands.passrate_sampling import Sampler, reward_names
+    from gspo_recipes.recipe import load_train_dataset, map_columns, model_and_tokenizer
+    from gspo_recipes.rewards import get_rewards
+    from gspo_recipes.stats.groups import signal_reward_index
 
     script_args, training_args, model_args = parse(argv)
     bounds = keep_range(script_args.keep)

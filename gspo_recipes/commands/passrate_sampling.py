@@ -20,7 +20,7 @@ def batch_seed(parts) -> int:
 
 class Sampler:
     def __init__(self, model, tokenizer, training_args, script_args, column: str, device):
-        from ..recipe import as_prompt
+        from gspo_recipes.recipe import as_prompt
 
         if isinstance(model, str):
             from transformers import AutoModelForCausalLM

@@ -22,12 +22,12 @@ from dataclasses import dataclass
 
 import torch
 
-from .. import _trl
-from .generation_logprobs import AlignmentError, GenerationLogprobRecorder, generation_module
-from .mask_settings import truncation_settings
-from .mismatch import MismatchMonitor, dropout_cause, log_sampling_mask_stats
-from .sampling_mask import KEPT_IDS_KEY, SamplingMaskScorer, pad_kept_rows, vllm_kept_rows
-from .vllm_is_weight import apply_geometric_mean_weight
+from gspo_recipes import _trl
+from gspo_recipes.sampler.generation_logprobs import AlignmentError, GenerationLogprobRecorder, generation_module
+from gspo_recipes.sampler.mask_settings import truncation_settings
+from gspo_recipes.sampler.mismatch import MismatchMonitor, dropout_cause, log_sampling_mask_stats
+from gspo_recipes.sampler.sampling_mask import KEPT_IDS_KEY, SamplingMaskScorer, pad_kept_rows, vllm_kept_rows
+from gspo_recipes.sampler.vllm_is_weight import apply_geometric_mean_weight
 
 logger = logging.getLogger(__name__)
 

@@ -34,8 +34,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from .. import _trl
-from .generation_logprobs import generation_module
+from gspo_recipes import _trl
+from gspo_recipes.sampler.generation_logprobs import generation_module
 
 KEPT_IDS_KEY = "sampling_kept_ids"
 POSITIONS_PER_CHUNK = 1024  # positions whose full logits (chunk x vocab, float32) exist at once

@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from .._trl import loss_mask, metric_store
+from gspo_recipes._trl import loss_mask, metric_store
 
 IS_SEQUENCE_RATIOS = ("geometric_mean", "product")
 # TRL's names for the importance-sampling weights; overwritten with the weights actually applied.
