@@ -1,5 +1,5 @@
 """The one-token part of `gspo report`: the share of clipped responses that a single token clips
-(`gspo/clip_frac/one_token`, gspo_recipes/loss.py `one_token_clips`), over steps and per length bucket, from the
+(`gspo/clip_frac/one_token`, `gspo_recipes.loss.one_token_clips`), over steps and per length bucket, from the
 `one_token` counts of the diagnostics file's `buckets` entries. Files written before those counts existed report
 without it. Pure functions over the parsed lines, plus one figure.
 """
