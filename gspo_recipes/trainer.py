@@ -40,7 +40,7 @@ from gspo_recipes.loss import (
     response_advantage,
     sequence_log_ratio,
 )
-from gspo_recipes.loss_options import add_entropy_bonus, masked_shares, policy_masks, response_share
+from gspo_recipes.loss.options import add_entropy_bonus, masked_shares, policy_masks, response_share
 from gspo_recipes.sampler import SamplerLogprobs
 from gspo_recipes.sampler.sampling_mask import KEPT_IDS_KEY
 
