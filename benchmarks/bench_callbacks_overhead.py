@@ -51,10 +51,10 @@ import torch  # noqa: E402
 from transformers import PrinterCallback, TrainerCallback  # noqa: E402
 
 try:
-    from gspo_recipes.response_stats import FIELDS, ResponseStats
+    from gspo_recipes.stats.response_stats import FIELDS, ResponseStats
 except ImportError:  # run from a checkout without installing the package
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from gspo_recipes.response_stats import FIELDS, ResponseStats
+    from gspo_recipes.stats.response_stats import FIELDS, ResponseStats
 
 MINIBATCHES = 4  # optimizer steps per generation batch (GSPOConfig's default)
 

@@ -14,7 +14,7 @@ from gspo_recipes.callbacks.routing_volatility import RoutingVolatilityCallback
 from gspo_recipes.diagnostics_file import DIAGNOSTICS_FILE
 from gspo_recipes.health import HealthWarnings
 from gspo_recipes.moe import is_moe_model
-from gspo_recipes.response_stats import ResponseStats
+from gspo_recipes.stats.response_stats import ResponseStats
 
 
 def default_callbacks(trainer) -> list:

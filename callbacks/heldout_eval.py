@@ -48,12 +48,12 @@ import torch
 from transformers import TrainerCallback
 
 from gspo_recipes._trl import add_to_trainer_logs
-from gspo_recipes.response_stats import checkpoint_folder
 from gspo_recipes.rewards import get_reward
 from gspo_recipes.rewards.math.graders import final_answer_key
 from gspo_recipes.rewards.text import completion_text
 from gspo_recipes.run_warnings import record_warning
 from gspo_recipes.stats.heldout import DivergenceJudge, heldout_scores
+from gspo_recipes.stats.response_stats import checkpoint_folder
 
 logger = logging.getLogger(__name__)
 

@@ -271,7 +271,7 @@ def attach_response_stats(trainer):
     not apply, is refused rather than ignored.
     """
     from gspo_recipes.loss import clipped_sides, one_token_clip_drivers, response_advantage, sequence_log_ratio
-    from gspo_recipes.response_stats import ResponseStats
+    from gspo_recipes.stats.response_stats import ResponseStats
 
     stats = getattr(trainer, "response_stats", None)
     if stats is not None:

@@ -20,7 +20,7 @@ import os
 
 import torch
 
-from gspo_recipes.response_stats import gather_columns
+from gspo_recipes.stats.response_stats import gather_columns
 
 
 def calibrate_epsilons(log_s: torch.Tensor, advantage_sign: torch.Tensor, target_clip: float) -> tuple[float, float]:

@@ -58,7 +58,7 @@ def two_proportion_z(clipped_a: float, n_a: float, clipped_b: float, n_b: float)
 
 def default_length_buckets() -> list[tuple[int, int]]:
     """Power-of-two buckets 1-8, 9-16, ...: the callbacks' default buckets for any max_completion_length."""
-    from gspo_recipes.response_stats import length_buckets
+    from gspo_recipes.stats.response_stats import length_buckets
 
     return length_buckets(1 << 20)
 

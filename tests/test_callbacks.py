@@ -17,7 +17,7 @@ from gspo_recipes import GSPOTrainer
 from gspo_recipes.callbacks import ClipFractionByLengthCallback, HealthWarnings, LogRatioHistogramCallback
 from gspo_recipes.callbacks.clip_fraction import clip_fractions, one_token_fractions
 from gspo_recipes.callbacks.log_ratio_histogram import histogram, log_s_summary
-from gspo_recipes.response_stats import ResponseStats, length_buckets
+from gspo_recipes.stats.response_stats import ResponseStats, length_buckets
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "scripts"))
 from crafted_responses import responses_of_rank  # noqa: E402

@@ -23,7 +23,7 @@ from gspo_recipes.loss import (
     response_advantage,
     sequence_log_ratio,
 )
-from gspo_recipes.response_stats import ResponseStats
+from gspo_recipes.stats.response_stats import ResponseStats
 
 # ----------------------------------------------------------------------------------------------- the measurement
 

@@ -10,7 +10,7 @@ from crafted_responses import responses_of_rank
 
 from gspo_recipes.callbacks.clip_fraction import clip_fractions, one_token_fractions
 from gspo_recipes.callbacks.log_ratio_histogram import log_s_summary
-from gspo_recipes.response_stats import ResponseStats, length_buckets
+from gspo_recipes.stats.response_stats import ResponseStats, length_buckets
 
 accelerator = Accelerator(cpu=True)
 stats = ResponseStats()
