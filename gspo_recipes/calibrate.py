@@ -1,7 +1,7 @@
 """`gspo calibrate RUN_DIR --target-clip 0.1`: choose the clip range from a run's off-policy log s_i.
 
 Reads RUN_DIR/gspo_diagnostics.jsonl and applies the same rule as the trainer's automatic calibration
-(gspo_recipes/calibration.py): per side, the epsilon that clips the target fraction of the responses that side can
+(gspo_recipes/stats/calibration.py): per side, the epsilon that clips the target fraction of the responses that side can
 clip (epsilon_high from the responses with A > 0, epsilon_low from those with A < 0).
 
 `--length-scaled [--reference-length L]` chooses the length-scaled range instead (`epsilon_length_scaling`): epsilon
@@ -16,10 +16,10 @@ import os
 
 import torch
 
-from gspo_recipes.calibration import calibrate_epsilons, length_normalised
-from gspo_recipes.calibration import nan_to as _zero_nan
 from gspo_recipes.diagnostics_file import DIAGNOSTICS_FILE, has_responses, read_diagnostics
 from gspo_recipes.loss import clipped_sides, length_scaled_epsilons
+from gspo_recipes.stats.calibration import calibrate_epsilons, length_normalised
+from gspo_recipes.stats.calibration import nan_to as _zero_nan
 
 
 def clip_fraction_by_bucket(log_s, advantage_sign, lengths, eps_low, eps_high, buckets) -> list[dict]:

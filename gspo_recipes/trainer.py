@@ -25,7 +25,6 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOConfig, GRPOTrainer
 
 from gspo_recipes import _trl
-from gspo_recipes.calibration import EpsilonCalibration
 from gspo_recipes.config import GSPOConfig
 from gspo_recipes.group_health import GroupHealth
 from gspo_recipes.grpo_conversion import from_grpo_config
@@ -43,6 +42,7 @@ from gspo_recipes.loss import (
 from gspo_recipes.loss.options import add_entropy_bonus, masked_shares, policy_masks, response_share
 from gspo_recipes.sampler import SamplerLogprobs
 from gspo_recipes.sampler.sampling_mask import KEPT_IDS_KEY
+from gspo_recipes.stats.calibration import EpsilonCalibration
 
 logger = logging.getLogger(__name__)
 
@@ -190,7 +190,7 @@ class GSPOTrainer(GRPOTrainer):
         with self.sampler_logprobs.kept_sets(inputs.get(KEPT_IDS_KEY)):
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
 
-    # Automatic calibration of the clip range (epsilon_calibration_steps): gspo_recipes/calibration.py.
+    # Automatic calibration of the clip range (epsilon_calibration_steps): gspo_recipes/stats/calibration.py.
     def _calibrate_if_due(self) -> None:
         if self.calibration is None or self.calibration.done or self.state.global_step < self.calibration.steps:
             return

@@ -166,7 +166,7 @@ def per_bucket_clip(log_s, sign, lengths, eps_low, eps_high):
 
 
 def test_length_scaled_calibration_holds_the_target_at_every_length():
-    from gspo_recipes.calibration import EpsilonCalibration
+    from gspo_recipes.stats.calibration import EpsilonCalibration
 
     log_s, sign, lengths = law_samples()
     results = {}
