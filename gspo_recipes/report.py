@@ -187,8 +187,8 @@ def health_warnings(
     import torch
 
     from gspo_recipes.diagnostics_file import clip_range_of_line
-    from gspo_recipes.health import HealthWarnings
     from gspo_recipes.loss import clipped_sides
+    from gspo_recipes.stats.health import HealthWarnings
 
     learning_rates = learning_rates or {}
     buckets = [(b["lo"], b["hi"]) for b in lines[0]["buckets"]] if lines else []

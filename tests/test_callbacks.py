@@ -397,7 +397,7 @@ def test_health_judges_nothing_while_calibrating_nor_across_a_change_of_the_rang
         control = TrainerControl(should_log=state.global_step % 2 == 0)
         callback.on_step_end(cfg, state, control)
 
-    with caplog.at_level(logging.WARNING, logger="gspo_recipes.health"):
+    with caplog.at_level(logging.WARNING, logger="gspo_recipes.stats.health"):
         for _ in range(5):  # calibrating: everything clipped, no warning
             step(clipped=True)
         step(clipped=True, calibrated_now=True)  # step 6 trains with the calibrated range: window 5-6 has both
@@ -421,7 +421,7 @@ def test_two_processes_show_every_warning_once_from_the_main_process_with_gather
         "gspo_recipes.sampler.mismatch": "Mismatch between the sampler's",
         "gspo_recipes.trainer": "Calibrated the clip range",
         "gspo_recipes.config": "training is fully on-policy",
-        "gspo_recipes.health": "GSPO health: training is fully on-policy",
+        "gspo_recipes.stats.health": "GSPO health: training is fully on-policy",
     }
     for name, text in kinds.items():
         lines = [(rank, message) for rank, logger, message in shown if logger == name and text in message]

@@ -249,7 +249,7 @@ def law_window(correlated: bool, reference_length=None, seed=0, n=256, eps=(0.00
 
 
 def judge(windows, scaled=False):
-    from gspo_recipes.health import HealthWarnings
+    from gspo_recipes.stats.health import HealthWarnings
 
     recorded = []
     health = HealthWarnings(min_responses=64)
@@ -282,7 +282,7 @@ def test_short_responses_warning_silent_without_correlation_or_with_the_scaled_r
 
 
 def test_short_responses_warning_needs_enough_responses_and_judges_nothing_across_a_range_change():
-    from gspo_recipes.health import HealthWarnings
+    from gspo_recipes.stats.health import HealthWarnings
 
     args = tiny_config("/tmp/unused-lenclip")
     few = law_window(True, n=64)  # 16 per length: too few to judge

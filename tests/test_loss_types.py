@@ -49,7 +49,7 @@ def train_with_clip_callback(cfg, model, tokenizer, prompt_dataset):
     trainer.add_callback(ClipFractionByLengthCallback(trainer, quiet_steps=1, min_responses=1))
     records = []
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(logging.getLogger("gspo_recipes.health"), "warning", lambda msg, *a: records.append(msg))
+        patch.setattr(logging.getLogger("gspo_recipes.stats.health"), "warning", lambda msg, *a: records.append(msg))
         trainer.train()
     return trainer, records
 

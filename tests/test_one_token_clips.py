@@ -11,7 +11,6 @@ from trl import GRPOTrainer
 
 from gspo_recipes import GSPOTrainer
 from gspo_recipes.callbacks import ClipFractionByLengthCallback, LogRatioHistogramCallback
-from gspo_recipes.health import HealthWarnings
 from gspo_recipes.loss import (
     EPS_HIGH,
     EPS_LOW,
@@ -23,6 +22,7 @@ from gspo_recipes.loss import (
     response_advantage,
     sequence_log_ratio,
 )
+from gspo_recipes.stats.health import HealthWarnings
 from gspo_recipes.stats.response_stats import ResponseStats
 
 # ----------------------------------------------------------------------------------------------- the measurement
@@ -230,7 +230,7 @@ WIDE = dict(epsilon=0.05, epsilon_high=0.05)
 
 
 def test_warning_fires_when_one_token_per_response_moves_far(tmp_path, tiny, prompt_dataset, caplog):
-    with caplog.at_level(logging.WARNING, logger="gspo_recipes.health"):
+    with caplog.at_level(logging.WARNING, logger="gspo_recipes.stats.health"):
         _, clip, logged, lines = watched_run(tmp_path, tiny, prompt_dataset, outlier=True, **WIDE)
     shares = [e["gspo/clip_frac/one_token"] for e in logged if "gspo/clip_frac/one_token" in e]
     assert len(shares) >= 4 and all(share == 1.0 for share in shares)
@@ -246,7 +246,7 @@ def test_warning_fires_when_one_token_per_response_moves_far(tmp_path, tiny, pro
 
 
 def test_the_suggested_clamp_removes_the_one_token_clips(tmp_path, tiny, prompt_dataset, caplog):
-    with caplog.at_level(logging.WARNING, logger="gspo_recipes.health"):
+    with caplog.at_level(logging.WARNING, logger="gspo_recipes.stats.health"):
         _, clip, logged, _ = watched_run(tmp_path, tiny, prompt_dataset, outlier=True, token_log_ratio_clip=0.05,
                                          **WIDE)  # fmt: skip
     later = [e for e in logged if "gspo/clip_frac/minibatch_1" not in e]

@@ -170,7 +170,7 @@ def test_wasted_rollouts_in_the_run_quotes_the_calibrated_epsilon_high_not_the_c
     callback = ClipFractionByLengthCallback(trainer, min_responses=4)
     state = TrainerState(max_steps=100)
     log_s, adv = torch.tensor([5e-3] * 8), torch.tensor([1.0, -1.0] * 4)
-    with caplog.at_level(logging.WARNING, logger="gspo_recipes.health"):
+    with caplog.at_level(logging.WARNING, logger="gspo_recipes.stats.health"):
         for _ in range(2):
             trainer.response_stats.record(log_s, torch.full((8,), 5), adv, torch.zeros(8, dtype=torch.bool),
                                           adv > 0, minibatch=2)  # fmt: skip
