@@ -11,8 +11,8 @@ from gspo_recipes.callbacks.heldout_eval import HeldoutEvalCallback
 from gspo_recipes.callbacks.log_ratio_histogram import LogRatioHistogramCallback
 from gspo_recipes.callbacks.reward_hacking import CODE_REWARDS, RewardHackingCallback
 from gspo_recipes.callbacks.routing_volatility import RoutingVolatilityCallback
-from gspo_recipes.diagnostics_file import DIAGNOSTICS_FILE
 from gspo_recipes.moe import is_moe_model
+from gspo_recipes.runfiles.diagnostics import DIAGNOSTICS_FILE
 from gspo_recipes.stats.health import HealthWarnings
 from gspo_recipes.stats.response_stats import ResponseStats
 

@@ -29,7 +29,7 @@ from transformers import TrainerCallback
 
 from gspo_recipes._trl import add_to_trainer_logs, applied_clip, attach_response_stats, has_off_policy_minibatches
 from gspo_recipes.callbacks.clip_fraction import calibrating
-from gspo_recipes.diagnostics_file import append_line, diagnostics_path, keep_lines_up_to
+from gspo_recipes.runfiles.diagnostics import append_line, diagnostics_path, keep_lines_up_to
 from gspo_recipes.stats.response_stats import bucket_label, checkpoint_folder, off_policy_responses, window_ends
 from gspo_recipes.stats.response_stats import length_buckets as make_length_buckets
 

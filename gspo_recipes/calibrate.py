@@ -16,8 +16,8 @@ import os
 
 import torch
 
-from gspo_recipes.diagnostics_file import DIAGNOSTICS_FILE, has_responses, read_diagnostics
 from gspo_recipes.loss import clipped_sides, length_scaled_epsilons
+from gspo_recipes.runfiles.diagnostics import DIAGNOSTICS_FILE, has_responses, read_diagnostics
 from gspo_recipes.stats.calibration import calibrate_epsilons, length_normalised
 from gspo_recipes.stats.calibration import nan_to as _zero_nan
 

@@ -16,7 +16,7 @@ from trl import ModelConfig, ScriptArguments, TrlParser
 
 import gspo_recipes.builtin as builtin
 from gspo_recipes.config import GSPOConfig
-from gspo_recipes.diagnostics_file import diagnostics_path
+from gspo_recipes.runfiles.diagnostics import diagnostics_path
 
 LOCAL_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 

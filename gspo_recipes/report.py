@@ -24,13 +24,13 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from gspo_recipes.diagnostics_file import DIAGNOSTICS_FILE, has_responses, read_diagnostics
 from gspo_recipes.report_figures import plot_clip_fractions, plot_heatmap, plot_reward, plot_spread
 from gspo_recipes.report_groups import GROUPS_FIGURE, groups_summary, plot_groups
 from gspo_recipes.report_heldout import HELDOUT_FIGURE, heldout_summary, plot_heldout
 from gspo_recipes.report_one_token import ONE_TOKEN_FIGURE, one_token_summary, plot_one_token
 from gspo_recipes.report_routing import ROUTING_FIGURE, plot_routing, routing_summary
 from gspo_recipes.run_warnings import recorded_warnings
+from gspo_recipes.runfiles.diagnostics import DIAGNOSTICS_FILE, has_responses, read_diagnostics
 
 STATE_FILE = "trainer_state.json"
 SUMMARY_FILE = "gspo_report.txt"
@@ -186,8 +186,8 @@ def health_warnings(
     """
     import torch
 
-    from gspo_recipes.diagnostics_file import clip_range_of_line
     from gspo_recipes.loss import clipped_sides
+    from gspo_recipes.runfiles.diagnostics import clip_range_of_line
     from gspo_recipes.stats.health import HealthWarnings
 
     learning_rates = learning_rates or {}

@@ -9,7 +9,7 @@ nothing but the standard library.
 
 from __future__ import annotations
 
-from gspo_recipes.diagnostics_file import WARNINGS
+from gspo_recipes.runfiles.diagnostics import WARNINGS
 
 SECTION = WARNINGS  # the section of a diagnostics line that holds them
 

@@ -261,7 +261,7 @@ def test_dynamic_sampling_with_the_other_features(tmp_path, tiny, feature):
     if feature == "moe_replay":
         assert all("old_routes" in r for r in rows)
     if feature == "beta_and_diagnostics":
-        from gspo_recipes.diagnostics_file import diagnostics_path, read_diagnostics
+        from gspo_recipes.runfiles.diagnostics import diagnostics_path, read_diagnostics
 
         lines = read_diagnostics(diagnostics_path(args.output_dir))
         sections = [line["groups"] for line in lines if "groups" in line]

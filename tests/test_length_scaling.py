@@ -382,7 +382,7 @@ def test_a_run_whose_short_responses_clip_more_warns_and_the_scaled_range_does_n
 
     assert "length-scaled: x sqrt(L_ref / L) per response, L_ref = 32" in length_scaling_note(lines)  # gspo report
     # The file's clip counts are the scaled range's: recomputed from the recorded log s_i they agree.
-    from gspo_recipes.diagnostics_file import clip_range_of_line
+    from gspo_recipes.runfiles.diagnostics import clip_range_of_line
 
     for line in lines:
         off = line.get("off_policy")

@@ -1,0 +1,1 @@
+"""What a run leaves behind: gspo_diagnostics.jsonl (format, writer, reader) and the warnings recorded in it."""
