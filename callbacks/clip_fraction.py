@@ -23,7 +23,7 @@ import torch
 from transformers import TrainerCallback
 
 from gspo_recipes._trl import add_to_trainer_logs, applied_clip, attach_response_stats, has_off_policy_minibatches
-from gspo_recipes.run_warnings import record_warning
+from gspo_recipes.runfiles.run_warnings import record_warning
 from gspo_recipes.stats.health import HealthWarnings
 from gspo_recipes.stats.response_stats import bucket_label, checkpoint_folder, off_policy_responses, window_ends
 from gspo_recipes.stats.response_stats import length_buckets as make_length_buckets

@@ -22,7 +22,7 @@ import logging
 from transformers import TrainerCallback
 
 from gspo_recipes._trl import applied_clip, entropy_bonus_enabled
-from gspo_recipes.run_warnings import record_warning
+from gspo_recipes.runfiles.run_warnings import record_warning
 from gspo_recipes.stats.entropy import KIND, EntropyCollapseCheck
 
 logger = logging.getLogger(__name__)

@@ -51,7 +51,7 @@ from gspo_recipes._trl import add_to_trainer_logs
 from gspo_recipes.rewards import get_reward
 from gspo_recipes.rewards.math.graders import final_answer_key
 from gspo_recipes.rewards.text import completion_text
-from gspo_recipes.run_warnings import record_warning
+from gspo_recipes.runfiles.run_warnings import record_warning
 from gspo_recipes.stats.heldout import DivergenceJudge, heldout_scores
 from gspo_recipes.stats.response_stats import checkpoint_folder
 

@@ -20,7 +20,7 @@ import torch
 from transformers import TrainerCallback
 
 from gspo_recipes.rewards.code.hacking import PATTERNS, SUSPICIOUS_COUNTS
-from gspo_recipes.run_warnings import record_warning
+from gspo_recipes.runfiles.run_warnings import record_warning
 from gspo_recipes.stats.response_stats import window_ends
 
 logger = logging.getLogger(__name__)

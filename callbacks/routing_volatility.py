@@ -28,7 +28,7 @@ from transformers import TrainerCallback
 
 from gspo_recipes._trl import attach_routing, metric_store, micro_steps_per_generation, recomputes_old_logps
 from gspo_recipes.moe.monitor import ROUTING_NOT_MEASURED, routing_shares
-from gspo_recipes.run_warnings import record_warning
+from gspo_recipes.runfiles.run_warnings import record_warning
 from gspo_recipes.stats.response_stats import window_ends
 
 logger = logging.getLogger(__name__)

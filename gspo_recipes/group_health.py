@@ -11,7 +11,7 @@ import logging
 import torch
 
 from gspo_recipes import _trl
-from gspo_recipes.run_warnings import record_warning
+from gspo_recipes.runfiles.run_warnings import record_warning
 from gspo_recipes.stats.groups import LowSignalWarning, add_counts, group_counts, group_fractions, signal_reward_index
 
 logger = logging.getLogger(__name__)

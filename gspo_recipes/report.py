@@ -29,8 +29,8 @@ from gspo_recipes.report_groups import GROUPS_FIGURE, groups_summary, plot_group
 from gspo_recipes.report_heldout import HELDOUT_FIGURE, heldout_summary, plot_heldout
 from gspo_recipes.report_one_token import ONE_TOKEN_FIGURE, one_token_summary, plot_one_token
 from gspo_recipes.report_routing import ROUTING_FIGURE, plot_routing, routing_summary
-from gspo_recipes.run_warnings import recorded_warnings
 from gspo_recipes.runfiles.diagnostics import DIAGNOSTICS_FILE, has_responses, read_diagnostics
+from gspo_recipes.runfiles.run_warnings import recorded_warnings
 
 STATE_FILE = "trainer_state.json"
 SUMMARY_FILE = "gspo_report.txt"

@@ -12,7 +12,7 @@ from trl import GRPOTrainer
 
 from gspo_recipes import GSPOTrainer
 from gspo_recipes.callbacks import EntropyCollapseCallback
-from gspo_recipes.run_warnings import recorded_warnings
+from gspo_recipes.runfiles.run_warnings import recorded_warnings
 from gspo_recipes.stats.entropy import EntropyCollapseCheck
 from gspo_recipes.tiny import build_tiny_model_and_tokenizer
 

@@ -12,8 +12,8 @@ from conftest import launch_two_cpu_processes, tiny_config
 from gspo_recipes import GSPOConfig, GSPOTrainer
 from gspo_recipes.callbacks import HeldoutEvalCallback
 from gspo_recipes.callbacks.heldout_eval import default_heldout_rewards, final_answer_key
-from gspo_recipes.run_warnings import recorded_warnings
 from gspo_recipes.runfiles.diagnostics import diagnostics_path, read_diagnostics
+from gspo_recipes.runfiles.run_warnings import recorded_warnings
 
 
 def has_digit(completions, **kwargs):

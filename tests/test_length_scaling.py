@@ -368,7 +368,7 @@ def varied_length_run(output_dir, scaled: bool, max_steps=20):
 
 @pytest.mark.slow
 def test_a_run_whose_short_responses_clip_more_warns_and_the_scaled_range_does_not(tmp_path):
-    from gspo_recipes.run_warnings import recorded_warnings
+    from gspo_recipes.runfiles.run_warnings import recorded_warnings
 
     kinds, lines = varied_length_run(tmp_path / "plain", scaled=False)
     assert "short_responses_clipped" in kinds

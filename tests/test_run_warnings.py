@@ -10,8 +10,8 @@ import gspo_recipes.report as rep
 from gspo_recipes import GSPOTrainer
 from gspo_recipes.calibrate import read_off_policy
 from gspo_recipes.callbacks import ClipFractionByLengthCallback, LogRatioHistogramCallback
-from gspo_recipes.run_warnings import record_warning, recorded_warnings
 from gspo_recipes.runfiles.diagnostics import read_diagnostics
+from gspo_recipes.runfiles.run_warnings import record_warning, recorded_warnings
 
 
 def read_lines(path):

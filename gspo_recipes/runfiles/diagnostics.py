@@ -11,7 +11,7 @@ import json
 import os
 
 DIAGNOSTICS_FILE = "gspo_diagnostics.jsonl"
-WARNINGS = "warnings"  # the section gspo_recipes/run_warnings.py writes
+WARNINGS = "warnings"  # the section gspo_recipes/runfiles/run_warnings.py writes
 
 
 def diagnostics_path(output_dir: str) -> str:

@@ -27,7 +27,7 @@ import torch
 
 from gspo_recipes._trl import loss_mask, metric_store
 from gspo_recipes.loss import length_scaled_epsilons, outside_clip_range
-from gspo_recipes.run_warnings import record_warning
+from gspo_recipes.runfiles.run_warnings import record_warning
 from gspo_recipes.sampler.mask_settings import truncation_settings
 
 logger = logging.getLogger(__name__)
