@@ -9,7 +9,11 @@ import importlib
 __version__ = "0.1.0"
 __all__ = ["GSPOConfig", "GSPOTrainer", "gspo_loss"]
 
-_HOMES = {"GSPOConfig": "gspo_recipes.config", "GSPOTrainer": "gspo_recipes.trainer", "gspo_loss": "gspo_recipes.loss"}
+_HOMES = {
+    "GSPOConfig": "gspo_recipes.config",
+    "GSPOTrainer": "gspo_recipes.trainer.gspo_trainer",
+    "gspo_loss": "gspo_recipes.loss",
+}
 
 
 def __getattr__(name):

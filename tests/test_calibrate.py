@@ -127,7 +127,7 @@ def logged_epsilons(trainer):
 
 def test_automatic_calibration_and_resume(tmp_path, caplog):
     trainer = calibrating_trainer(tmp_path, max_steps=8)
-    with caplog.at_level(logging.WARNING, logger="gspo_recipes.trainer"):
+    with caplog.at_level(logging.WARNING, logger="gspo_recipes.trainer.gspo_trainer"):
         trainer.train()
     assert caplog.text.count("Calibrated the clip range") == 1
     epsilons = logged_epsilons(trainer)
@@ -140,7 +140,7 @@ def test_automatic_calibration_and_resume(tmp_path, caplog):
     # Resumed after calibration: keeps the range and does not calibrate again.
     caplog.clear()
     resumed = calibrating_trainer(tmp_path, max_steps=10)
-    with caplog.at_level(logging.WARNING, logger="gspo_recipes.trainer"):
+    with caplog.at_level(logging.WARNING, logger="gspo_recipes.trainer.gspo_trainer"):
         resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-8"))
     assert "Calibrated the clip range" not in caplog.text
     assert all(e[1:] == calibrated for e in logged_epsilons(resumed) if e[0] > 8)

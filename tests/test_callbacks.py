@@ -419,7 +419,7 @@ def test_two_processes_show_every_warning_once_from_the_main_process_with_gather
     kinds = {
         "gspo_recipes.sampler.old_logps": "with dropout on",
         "gspo_recipes.sampler.mismatch": "Mismatch between the sampler's",
-        "gspo_recipes.trainer": "Calibrated the clip range",
+        "gspo_recipes.trainer.gspo_trainer": "Calibrated the clip range",
         "gspo_recipes.config": "training is fully on-policy",
         "gspo_recipes.stats.health": "GSPO health: training is fully on-policy",
     }
@@ -431,7 +431,7 @@ def test_two_processes_show_every_warning_once_from_the_main_process_with_gather
     message = next(m for _, logger, m in shown if logger == "gspo_recipes.sampler.mismatch")
     warned_mean = float(re.search(r"mean log s_i \(trainer - sampler\) = (\S+) ", message).group(1))
     assert warned_mean == pytest.approx(history[0]["gspo/sampler_mismatch/log_s_mean"], rel=1e-2)
-    message = next(m for _, logger, m in shown if logger == "gspo_recipes.trainer")
+    message = next(m for _, logger, m in shown if logger == "gspo_recipes.trainer.gspo_trainer")
     warned = [float(v) for v in re.search(r"epsilon=(\S+), epsilon_high=(\S+) \(was", message).groups()]
     calibrated = [history[-2]["gspo/epsilon_low"], history[-2]["gspo/epsilon_high"]]
     assert warned == pytest.approx(calibrated, rel=1e-2)

@@ -424,7 +424,7 @@ def test_automatic_calibration_of_the_scaled_range_and_resume(tmp_path, caplog):
     import logging
 
     trainer = scaled_calibrating_trainer(tmp_path, max_steps=6)
-    with caplog.at_level(logging.WARNING, logger="gspo_recipes.trainer"):
+    with caplog.at_level(logging.WARNING, logger="gspo_recipes.trainer.gspo_trainer"):
         trainer.train()
     assert "at the reference length 4, scaled by sqrt(L_ref / L)" in caplog.text
     calibrated = (trainer.epsilon_low, trainer.epsilon_high)
