@@ -10,7 +10,7 @@ __version__ = "0.1.0"
 __all__ = ["GSPOConfig", "GSPOTrainer", "gspo_loss"]
 
 _HOMES = {
-    "GSPOConfig": "gspo_recipes.config",
+    "GSPOConfig": "gspo_recipes.trainer.config",
     "GSPOTrainer": "gspo_recipes.trainer.gspo_trainer",
     "gspo_loss": "gspo_recipes.loss",
 }

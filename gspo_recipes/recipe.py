@@ -15,8 +15,8 @@ from dataclasses import dataclass, field, replace
 from trl import ModelConfig, ScriptArguments, TrlParser
 
 import gspo_recipes.builtin as builtin
-from gspo_recipes.config import GSPOConfig
 from gspo_recipes.runfiles.diagnostics import diagnostics_path
+from gspo_recipes.trainer.config import GSPOConfig
 
 LOCAL_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 

@@ -420,7 +420,7 @@ def test_two_processes_show_every_warning_once_from_the_main_process_with_gather
         "gspo_recipes.sampler.old_logps": "with dropout on",
         "gspo_recipes.sampler.mismatch": "Mismatch between the sampler's",
         "gspo_recipes.trainer.gspo_trainer": "Calibrated the clip range",
-        "gspo_recipes.config": "training is fully on-policy",
+        "gspo_recipes.trainer.config": "training is fully on-policy",
         "gspo_recipes.stats.health": "GSPO health: training is fully on-policy",
     }
     for name, text in kinds.items():

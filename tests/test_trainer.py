@@ -51,15 +51,15 @@ def test_impossible_clip_values_are_errors(tmp_path, field, value):
 
 
 def test_token_sized_clip_and_on_policy_setups_warn(tmp_path, caplog):
-    with caplog.at_level(logging.WARNING, logger="gspo_recipes.config"):
+    with caplog.at_level(logging.WARNING, logger="gspo_recipes.trainer.config"):
         GSPOConfig(output_dir=str(tmp_path), epsilon=0.2, epsilon_high=0.28, report_to="none")
     assert "3e-4" in caplog.text and "gspo calibrate" in caplog.text
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="gspo_recipes.config"):
+    with caplog.at_level(logging.WARNING, logger="gspo_recipes.trainer.config"):
         GSPOConfig(output_dir=str(tmp_path), num_minibatches=1, report_to="none")
     assert "GSPO equals GRPO" in caplog.text
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="gspo_recipes.config"):
+    with caplog.at_level(logging.WARNING, logger="gspo_recipes.trainer.config"):
         GSPOConfig(output_dir=str(tmp_path), report_to="none")
     assert caplog.text == ""
 
@@ -92,14 +92,14 @@ def test_plain_grpo_config_becomes_gspo_with_a_warning(tmp_path, tiny, prompt_da
 
 
 def test_token_level_ratios_with_a_sequence_sized_range_warn(tmp_path, caplog):
-    with caplog.at_level(logging.WARNING, logger="gspo_recipes.config"):
+    with caplog.at_level(logging.WARNING, logger="gspo_recipes.trainer.config"):
         GSPOConfig(output_dir=str(tmp_path), importance_sampling_level="token", report_to="none")
     assert "nearly every token is clipped" in caplog.text and "epsilon=0.2" in caplog.text
 
 
 @pytest.mark.parametrize("gas,spg", [(2, 3), (4, 3)])
 def test_misaligned_generation_is_not_called_on_policy(tmp_path, gas, spg, caplog):
-    with caplog.at_level(logging.WARNING, logger="gspo_recipes.config"):
+    with caplog.at_level(logging.WARNING, logger="gspo_recipes.trainer.config"):
         cfg = GSPOConfig(
             output_dir=str(tmp_path),
             gradient_accumulation_steps=gas,

@@ -64,8 +64,8 @@ def _recipe_arguments():
 def parse(argv: list[str]):
     from trl import ModelConfig, TrlParser
 
-    from gspo_recipes.config import GSPOConfig
     from gspo_recipes.recipe import _has_flag
+    from gspo_recipes.trainer.config import GSPOConfig
 
     if not _has_flag(argv, "--config") and not _has_flag(argv, "--model_name_or_path"):
         argv = [*OFFLINE_FLAGS, *argv]

@@ -5,7 +5,7 @@
 
 import importlib
 
-_HOMES = {"GSPOConfig": "gspo_recipes.config", "GSPOTrainer": "gspo_recipes.trainer.gspo_trainer"}
+_HOMES = {"GSPOConfig": "gspo_recipes.trainer.config", "GSPOTrainer": "gspo_recipes.trainer.gspo_trainer"}
 
 
 def __getattr__(name):

@@ -25,7 +25,6 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOConfig, GRPOTrainer
 
 from gspo_recipes import _trl
-from gspo_recipes.config import GSPOConfig
 from gspo_recipes.group_health import GroupHealth
 from gspo_recipes.grpo_conversion import from_grpo_config
 from gspo_recipes.loss import (
@@ -43,6 +42,7 @@ from gspo_recipes.loss.options import add_entropy_bonus, masked_shares, policy_m
 from gspo_recipes.sampler import SamplerLogprobs
 from gspo_recipes.sampler.sampling_mask import KEPT_IDS_KEY
 from gspo_recipes.stats.calibration import EpsilonCalibration
+from gspo_recipes.trainer.config import GSPOConfig
 
 logger = logging.getLogger(__name__)
 
