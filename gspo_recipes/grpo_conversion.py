@@ -25,8 +25,8 @@ from dataclasses import fields
 from trl import GRPOConfig
 
 from gspo_recipes import _trl
-from gspo_recipes.config_checks import CISPO_RECOMMENDED_CAP, TOKEN_SUM_LOSS_TYPES
 from gspo_recipes.trainer.config import GSPOConfig
+from gspo_recipes.trainer.config_checks import CISPO_RECOMMENDED_CAP, TOKEN_SUM_LOSS_TYPES
 
 logger = logging.getLogger(__name__)
 

@@ -72,9 +72,9 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
-import gspo_recipes.config_checks as config_checks
-from gspo_recipes.config_checks import CISPO_RECOMMENDED_CAP, TOKEN_SIZED_EPSILON, TOKEN_SUM_LOSS_TYPES  # noqa: F401 (public)
+import gspo_recipes.trainer.config_checks as config_checks
 from gspo_recipes.stats.heldout import check_heldout_settings
+from gspo_recipes.trainer.config_checks import CISPO_RECOMMENDED_CAP, TOKEN_SIZED_EPSILON, TOKEN_SUM_LOSS_TYPES  # noqa: F401 (public)
 
 logger = logging.getLogger(__name__)
 
