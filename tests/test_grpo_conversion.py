@@ -1,5 +1,5 @@
-"""A plain trl.GRPOConfig handed to GSPOTrainer (gspo_recipes/grpo_conversion.py): what the caller passed is kept,
-even where it equals GRPO's default; only what they left alone takes GSPO's value."""
+"""A plain trl.GRPOConfig handed to GSPOTrainer (gspo_recipes/trainer/grpo_conversion.py): what the caller passed is
+kept, even where it equals GRPO's default; only what they left alone takes GSPO's value."""
 
 import logging
 
@@ -8,7 +8,7 @@ from conftest import TINY_RUN, digit_count_reward, plain_grpo_config
 from trl import GRPOConfig, TrlParser
 
 from gspo_recipes import GSPOConfig, GSPOTrainer
-from gspo_recipes.grpo_conversion import from_grpo_config
+from gspo_recipes.trainer.grpo_conversion import from_grpo_config
 
 
 def convert(tmp_path, caplog, **given):

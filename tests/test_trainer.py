@@ -76,7 +76,7 @@ def test_plain_grpo_config_becomes_gspo_with_a_warning(tmp_path, tiny, prompt_da
         use_cpu=True,
         bf16=False,
     )
-    with caplog.at_level(logging.WARNING, logger="gspo_recipes.grpo_conversion"):
+    with caplog.at_level(logging.WARNING, logger="gspo_recipes.trainer.grpo_conversion"):
         trainer = GSPOTrainer(
             model=model,
             reward_funcs=digit_count_reward,
