@@ -7,8 +7,8 @@ import torch
 from conftest import launch_two_cpu_processes, tiny_config, tiny_moe_model_and_tokenizer
 
 from gspo_recipes import GSPOConfig, GSPOTrainer
-from gspo_recipes.dynamic_sampling import RefillStream, merge_rows
 from gspo_recipes.stats.groups import LowSignalWarning, group_counts, group_fractions, signal_reward_index
+from gspo_recipes.trainer.dynamic_sampling import RefillStream, merge_rows
 
 KINDS = ("dead", "solved", "live", "live")
 

@@ -42,7 +42,7 @@ Parameters that differ from `GRPOConfig`'s defaults:
     vllm_importance_sampling_sequence_ratio (`str`, defaults to `"geometric_mean"`): vLLM's sequence-level
         importance-sampling weight, length-normalised; `"product"` is TRL's.
 
-> Groups that carry signal (gspo_recipes/stats/groups.py, gspo_recipes/dynamic_sampling.py)
+> Groups that carry signal (gspo_recipes/stats/groups.py, gspo_recipes/trainer/dynamic_sampling.py)
 
     dynamic_sampling (`bool`, defaults to `False`): replace groups with zero std on the signal reward by fresh ones.
     dynamic_sampling_max_rounds (`int`, defaults to `4`): generation rounds per generation batch, the first included.
@@ -223,7 +223,7 @@ class GSPOConfig(GRPOConfig):
             "choices": ["geometric_mean", "product"],
         },
     )
-    # Groups that carry signal (gspo_recipes/stats/groups.py, gspo_recipes/dynamic_sampling.py).
+    # Groups that carry signal (gspo_recipes/stats/groups.py, gspo_recipes/trainer/dynamic_sampling.py).
     dynamic_sampling: bool = field(
         default=False,
         metadata={

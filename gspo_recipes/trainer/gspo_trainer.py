@@ -110,11 +110,11 @@ class GSPOTrainer(GRPOTrainer):
             if steps
             else None
         )
-        # Groups that carry signal: gspo/groups/* always, dynamic sampling when asked (gspo_recipes/dynamic_sampling.py)
+        # Groups that carry signal: gspo/groups/* always, dynamic sampling when asked (trainer/dynamic_sampling.py)
         self.group_health = GroupHealth(self)
         self.dynamic_sampler = None
         if getattr(args, "dynamic_sampling", False):
-            from gspo_recipes.dynamic_sampling import DynamicSampler
+            from gspo_recipes.trainer.dynamic_sampling import DynamicSampler
 
             self.dynamic_sampler = DynamicSampler(self)
         if getattr(args, "routing_replay", False):  # refuses dense models and routers it cannot replay exactly
