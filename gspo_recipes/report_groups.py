@@ -1,5 +1,5 @@
 """The groups part of `gspo report`: which groups carried signal, from the "groups" sections of
-`gspo_diagnostics.jsonl` (written by GSPOTrainer's group health, gspo_recipes/group_health.py), and with dynamic
+`gspo_diagnostics.jsonl` (written by GSPOTrainer's group health, gspo_recipes/trainer/group_health.py), and with dynamic
 sampling its "dynamic_sampling" sections. Pure functions over the parsed lines, plus one figure.
 """
 

@@ -25,7 +25,6 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOConfig, GRPOTrainer
 
 from gspo_recipes import _trl
-from gspo_recipes.group_health import GroupHealth
 from gspo_recipes.loss import (
     MAX_LOG_RATIO,
     clamp_token_log_ratios,
@@ -42,6 +41,7 @@ from gspo_recipes.sampler import SamplerLogprobs
 from gspo_recipes.sampler.sampling_mask import KEPT_IDS_KEY
 from gspo_recipes.stats.calibration import EpsilonCalibration
 from gspo_recipes.trainer.config import GSPOConfig
+from gspo_recipes.trainer.group_health import GroupHealth
 from gspo_recipes.trainer.grpo_conversion import from_grpo_config
 
 logger = logging.getLogger(__name__)
