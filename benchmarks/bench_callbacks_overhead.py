@@ -109,8 +109,8 @@ def train_once(diagnostics: bool, opts, measured_from: int) -> dict:
     from datasets import Dataset
 
     from gspo_recipes import GSPOConfig, GSPOTrainer
+    from gspo_recipes.builtin.tiny import build_tiny_model_and_tokenizer
     from gspo_recipes.callbacks import ClipFractionByLengthCallback, LogRatioHistogramCallback
-    from gspo_recipes.tiny import build_tiny_model_and_tokenizer
 
     model, tokenizer = build_tiny_model_and_tokenizer()
     dataset = Dataset.from_list([{"prompt": f"{a}+{b}="} for a in range(10) for b in range(10)])

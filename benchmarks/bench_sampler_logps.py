@@ -1,7 +1,7 @@
 """Training speed with the sampler's log-probabilities as pi_old against TRL's recompute pass, and the mismatch.
 
-Both modes train the same tiny model (gspo_recipes.tiny) on the same prompts with transformers generation, in one
-process: after a warm-up run of each, the repeats alternate (recompute, sampler, sampler, recompute, ...) so that
+Both modes train the same tiny model (gspo_recipes.builtin.tiny) on the same prompts with transformers generation, in
+one process: after a warm-up run of each, the repeats alternate (recompute, sampler, sampler, recompute, ...) so that
 drift in a shared machine's load falls on both alike, and the medians are compared. Each run is a fresh trainer from
 the same seed; only `trainer.train()` is timed. The monitor is off in the timed runs (`sampler_mismatch_steps=0`),
 so "sampler" runs no forward pass for the old policy at all.
@@ -39,9 +39,9 @@ try:
 except ImportError:  # run from a checkout without installing the package
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from gspo_recipes import GSPOConfig, GSPOTrainer
+from gspo_recipes.builtin.tiny import build_tiny_model_and_tokenizer  # noqa: E402
 from gspo_recipes.sampler.generation_logprobs import GenerationLogprobRecorder  # noqa: E402
 from gspo_recipes.sampler.mismatch import MISMATCH_PREFIX  # noqa: E402
-from gspo_recipes.tiny import build_tiny_model_and_tokenizer  # noqa: E402
 
 MODES = ("recompute", "sampler")
 RECORDING = {"seconds": 0.0}  # time spent in the sampler's per-token recording hook during generate

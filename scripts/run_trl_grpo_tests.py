@@ -113,7 +113,7 @@ def write_model(folder: pathlib.Path, model_type: str, head: str, extra: dict, t
 
 
 def write_standins(workdir: pathlib.Path) -> None:
-    from gspo_recipes.tiny import build_tokenizer
+    from gspo_recipes.builtin.tiny import build_tokenizer
 
     tokenizer = build_tokenizer()
     hub = workdir / "trl-internal-testing"

@@ -22,15 +22,15 @@ def length_reward(completions, **kwargs):
 
 @pytest.fixture
 def tiny():
-    from gspo_recipes.tiny import build_tiny_model_and_tokenizer
+    from gspo_recipes.builtin.tiny import build_tiny_model_and_tokenizer
 
     return build_tiny_model_and_tokenizer()
 
 
 def tiny_moe_model_and_tokenizer():
     """A two-layer Qwen3-MoE model and the character tokenizer, set up for generation."""
+    from gspo_recipes.builtin.tiny import build_tokenizer
     from gspo_recipes.moe import build_tiny_moe
-    from gspo_recipes.tiny import build_tokenizer
 
     tokenizer = build_tokenizer()
     model = build_tiny_moe("qwen3_moe", vocab_size=len(tokenizer))

@@ -99,7 +99,7 @@ def test_calibrate_command_explains_missing_data(tmp_path, capsys):
 def calibrating_trainer(output_dir, max_steps):
     from datasets import Dataset
 
-    from gspo_recipes.tiny import build_tiny_model_and_tokenizer
+    from gspo_recipes.builtin.tiny import build_tiny_model_and_tokenizer
 
     model, tokenizer = build_tiny_model_and_tokenizer()
     dataset = Dataset.from_list([{"prompt": f"{a}+{b}="} for a in range(4) for b in range(4)])

@@ -221,7 +221,7 @@ def test_drop_in_on_plain_grpo_trainer(tmp_path, tiny, prompt_dataset):
 
 
 def test_callbacks_never_change_training(tmp_path, tiny, prompt_dataset):
-    from gspo_recipes.tiny import build_tiny_model_and_tokenizer
+    from gspo_recipes.builtin.tiny import build_tiny_model_and_tokenizer
 
     runs = []
     for diagnostics in (True, False):
@@ -260,7 +260,7 @@ def test_tensorboard_event_file_holds_the_histogram(tmp_path, tiny, prompt_datas
 
 @pytest.mark.parametrize("killed_mid_write", [False, True])
 def test_diagnostics_file_continues_on_resume(tmp_path, tiny, prompt_dataset, killed_mid_write):
-    from gspo_recipes.tiny import build_tiny_model_and_tokenizer
+    from gspo_recipes.builtin.tiny import build_tiny_model_and_tokenizer
 
     model, tokenizer = tiny
     cfg = tiny_config(tmp_path, max_steps=8, save_strategy="steps", save_steps=4)
@@ -352,7 +352,7 @@ def test_diagnostics_line_after_a_resume_holds_the_responses_recorded_before_the
     tmp_path, tiny, prompt_dataset
 ):
     """Checkpoint at step 3, logging every 2 steps: step 4's line counts steps 3 and 4 after a resume too."""
-    from gspo_recipes.tiny import build_tiny_model_and_tokenizer
+    from gspo_recipes.builtin.tiny import build_tiny_model_and_tokenizer
 
     model, tokenizer = tiny
     cfg = tiny_config(tmp_path, logging_steps=2, max_steps=4, save_strategy="steps", save_steps=3)

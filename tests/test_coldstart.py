@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import gspo_recipes.coldstart as coldstart
+from gspo_recipes.builtin.tiny import build_model, build_tokenizer
 from gspo_recipes.coldstart import ColdStartConfig, encode_for_training, load_or_build_coldstart_model, train_coldstart
 from gspo_recipes.data.synthetic_gsm import (
     PROMPT_SUFFIX,
@@ -18,7 +19,6 @@ from gspo_recipes.data.synthetic_gsm import (
     make_gsm_dataset,
     make_gsm_problems,
 )
-from gspo_recipes.tiny import build_model, build_tokenizer
 
 
 @pytest.fixture(autouse=True)

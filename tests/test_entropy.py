@@ -11,10 +11,10 @@ from datasets import Dataset
 from trl import GRPOTrainer
 
 from gspo_recipes import GSPOTrainer
+from gspo_recipes.builtin.tiny import build_tiny_model_and_tokenizer
 from gspo_recipes.callbacks import EntropyCollapseCallback
 from gspo_recipes.runfiles.run_warnings import recorded_warnings
 from gspo_recipes.stats.entropy import EntropyCollapseCheck
-from gspo_recipes.tiny import build_tiny_model_and_tokenizer
 
 # ----------------------------------------------------------------------------------------- the rule
 

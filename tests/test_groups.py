@@ -270,7 +270,7 @@ def test_dynamic_sampling_with_the_other_features(tmp_path, tiny, feature):
 
 
 def test_resumed_run_draws_the_refills_an_uninterrupted_one_draws(tmp_path, tiny):
-    from gspo_recipes.tiny import build_tiny_model_and_tokenizer
+    from gspo_recipes.builtin.tiny import build_tiny_model_and_tokenizer
 
     whole = make_trainer(tmp_path / "whole", tiny, dynamic_sampling=True, max_steps=8)
     whole.train()

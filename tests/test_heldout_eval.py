@@ -36,7 +36,7 @@ def sums(n, op="+"):
 
 def run(tmp_path, reward, heldout_grader, steps=4, eval_steps=2, callback_kwargs=None, trainer_kwargs=None,
         **overrides):  # fmt: skip
-    from gspo_recipes.tiny import build_tiny_model_and_tokenizer
+    from gspo_recipes.builtin.tiny import build_tiny_model_and_tokenizer
 
     model, tokenizer = build_tiny_model_and_tokenizer()
     args = tiny_config(tmp_path, max_steps=steps, **overrides)
@@ -89,7 +89,7 @@ def test_evaluation_leaves_the_training_run_unchanged(tmp_path):
     """Generation runs in a forked RNG: with the callback, the run samples and learns exactly as without it."""
     with_eval, _ = run(tmp_path / "a", has_digit, [has_digit], steps=3, eval_steps=1)
     with_eval.train()
-    from gspo_recipes.tiny import build_tiny_model_and_tokenizer
+    from gspo_recipes.builtin.tiny import build_tiny_model_and_tokenizer
 
     model, tokenizer = build_tiny_model_and_tokenizer()
     plain = GSPOTrainer(model=model, reward_funcs=[has_digit], args=tiny_config(tmp_path / "b", max_steps=3),
@@ -210,7 +210,7 @@ def test_other_features(tmp_path, feature):
 
 def test_two_processes_give_the_figures_of_one(tmp_path):
     launch_two_cpu_processes("two_process_heldout.py", str(tmp_path / "two"), cwd=tmp_path)
-    from gspo_recipes.tiny import build_tiny_model_and_tokenizer
+    from gspo_recipes.builtin.tiny import build_tiny_model_and_tokenizer
 
     model, tokenizer = build_tiny_model_and_tokenizer()
     trainer = GSPOTrainer(model=model, reward_funcs=[has_digit], args=tiny_config(tmp_path / "one", max_steps=1),

@@ -338,8 +338,8 @@ def varied_length_run(output_dir, scaled: bool, max_steps=20):
     from datasets import Dataset
 
     from gspo_recipes import GSPOTrainer
+    from gspo_recipes.builtin.tiny import build_tiny_model_and_tokenizer
     from gspo_recipes.callbacks import ClipFractionByLengthCallback, LogRatioHistogramCallback
-    from gspo_recipes.tiny import build_tiny_model_and_tokenizer
 
     model, tokenizer = build_tiny_model_and_tokenizer()
     head = torch.nn.Linear(model.lm_head.in_features, model.lm_head.out_features, bias=True)
@@ -404,7 +404,7 @@ def scaled_calibrating_trainer(output_dir, max_steps, **overrides):
     from datasets import Dataset
 
     from gspo_recipes import GSPOTrainer
-    from gspo_recipes.tiny import build_tiny_model_and_tokenizer
+    from gspo_recipes.builtin.tiny import build_tiny_model_and_tokenizer
 
     model, tokenizer = build_tiny_model_and_tokenizer()
     dataset = Dataset.from_list([{"prompt": f"{a}+{b}="} for a in range(4) for b in range(4)])

@@ -260,7 +260,7 @@ def test_closing_replay_before_a_checkpointed_backward_raises_instead_of_wrong_g
 def test_refusals_name_the_unsupported_part_and_the_fix():
     from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeTopKRouter
 
-    from gspo_recipes.tiny import build_model, build_tokenizer
+    from gspo_recipes.builtin.tiny import build_model, build_tokenizer
 
     with pytest.raises(ValueError, match="no transformers MoE layer.*routing_replay=False"):
         check_routing_replay_supported(build_model(build_tokenizer()))
@@ -299,7 +299,7 @@ def test_refusals_name_the_unsupported_part_and_the_fix():
 
 
 def test_is_moe_model_tells_dense_from_moe():
-    from gspo_recipes.tiny import build_model, build_tokenizer
+    from gspo_recipes.builtin.tiny import build_model, build_tokenizer
 
     assert not is_moe_model(build_model(build_tokenizer()))
     assert all(is_moe_model(build_tiny_moe(family)) for family in ("qwen2_moe", "glm4_moe"))

@@ -14,9 +14,9 @@ from conftest import (
 from trl import GRPOTrainer
 
 from gspo_recipes import GSPOConfig, GSPOTrainer, _trl
+from gspo_recipes.builtin.tiny import build_tokenizer
 from gspo_recipes.callbacks import RoutingVolatilityCallback
 from gspo_recipes.moe import build_tiny_moe, find_moe_layers
-from gspo_recipes.tiny import build_tokenizer
 
 
 @pytest.fixture

@@ -32,8 +32,8 @@ FAST = [
 def coldstart_cache(tmp_path_factory):
     """A cache holding an (untrained) tiny model where the embedded default looks for its cold-start model, so the
     tests exercise the embedded path without spending minutes on the cold start."""
+    from gspo_recipes.builtin.tiny import build_tiny_model_and_tokenizer
     from gspo_recipes.coldstart import coldstart_dir
-    from gspo_recipes.tiny import build_tiny_model_and_tokenizer
 
     cache = tmp_path_factory.mktemp("cache")
     model, tokenizer = build_tiny_model_and_tokenizer()
@@ -152,8 +152,8 @@ def test_gsm8k_stopped_and_resumed_ends_like_an_uninterrupted_run(tmp_path, cold
 
 def test_gsm8k_real_path_with_a_local_dataset_and_model(tmp_path):
     """--model_name_or_path and a local .jsonl, with renamed columns: the chat template path of the real recipe."""
+    from gspo_recipes.builtin.tiny import build_tiny_model_and_tokenizer
     from gspo_recipes.data.synthetic_gsm import make_gsm_problems
-    from gspo_recipes.tiny import build_tiny_model_and_tokenizer
 
     model, tokenizer = build_tiny_model_and_tokenizer()
     model.save_pretrained(tmp_path / "model")

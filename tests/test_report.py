@@ -27,7 +27,7 @@ def tiny_run(tmp_path_factory):
     from datasets import Dataset
 
     from gspo_recipes import GSPOTrainer
-    from gspo_recipes.tiny import build_tiny_model_and_tokenizer
+    from gspo_recipes.builtin.tiny import build_tiny_model_and_tokenizer
 
     out = tmp_path_factory.mktemp("run")
     model, tokenizer = build_tiny_model_and_tokenizer()

@@ -13,10 +13,10 @@ from conftest import digit_count_reward, tiny_config
 from trl import GRPOTrainer, TrlParser
 
 from gspo_recipes import GSPOConfig, GSPOTrainer
+from gspo_recipes.builtin.tiny import build_tiny_model_and_tokenizer
 from gspo_recipes.sampler.generation_logprobs import GenerationLogprobRecorder
 from gspo_recipes.sampler.mismatch import MISMATCH_PREFIX
 from gspo_recipes.sampler.vllm_is_weight import bound_is_weight, sequence_is_log_weight
-from gspo_recipes.tiny import build_tiny_model_and_tokenizer
 
 PROMPTS = ["1+2=", "3+0="]
 

@@ -16,10 +16,10 @@ from trl import GRPOTrainer
 from trl.trainer.utils import shuffle_sequence_dict, split_tensor_dict
 
 from gspo_recipes import GSPOTrainer
+from gspo_recipes.builtin.tiny import build_tiny_model_and_tokenizer
 from gspo_recipes.sampler.generation_logprobs import GenerationLogprobRecorder
 from gspo_recipes.sampler.mismatch import MISMATCH_PREFIX, SAMPLING_MASK_PREFIX, TRUNCATION_WARNING
 from gspo_recipes.sampler.sampling_mask import KEPT_IDS_KEY
-from gspo_recipes.tiny import build_tiny_model_and_tokenizer
 
 PROMPTS = ["1+2=", "3+0="]
 

@@ -31,7 +31,7 @@ def _coldstart_gsm8k():
 
 
 def _tiny_untrained():
-    from gspo_recipes.tiny import build_tiny_model_and_tokenizer
+    from gspo_recipes.builtin.tiny import build_tiny_model_and_tokenizer
 
     return build_tiny_model_and_tokenizer()
 

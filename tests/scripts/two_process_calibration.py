@@ -13,7 +13,7 @@ import torch
 from datasets import Dataset
 
 from gspo_recipes import GSPOConfig, GSPOTrainer
-from gspo_recipes.tiny import build_tiny_model_and_tokenizer
+from gspo_recipes.builtin.tiny import build_tiny_model_and_tokenizer
 
 
 def digit_count_reward(completions, **kwargs):

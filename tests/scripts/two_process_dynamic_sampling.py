@@ -9,7 +9,7 @@ import torch
 from datasets import Dataset
 
 from gspo_recipes import GSPOConfig, GSPOTrainer
-from gspo_recipes.tiny import build_tiny_model_and_tokenizer
+from gspo_recipes.builtin.tiny import build_tiny_model_and_tokenizer
 
 KINDS = ("dead", "solved", "live", "live")
 

@@ -12,8 +12,8 @@ import sys
 from datasets import Dataset
 
 from gspo_recipes import GSPOConfig, GSPOTrainer
+from gspo_recipes.builtin.tiny import build_tiny_model_and_tokenizer
 from gspo_recipes.callbacks import HeldoutEvalCallback
-from gspo_recipes.tiny import build_tiny_model_and_tokenizer
 
 rank = int(os.environ.get("RANK", "0"))
 out = sys.argv[1]

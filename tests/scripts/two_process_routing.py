@@ -11,8 +11,8 @@ import torch
 from datasets import Dataset
 
 from gspo_recipes import GSPOConfig, GSPOTrainer
+from gspo_recipes.builtin.tiny import build_tokenizer
 from gspo_recipes.moe import build_tiny_moe
-from gspo_recipes.tiny import build_tokenizer
 
 
 def digit_count_reward(completions, **kwargs):

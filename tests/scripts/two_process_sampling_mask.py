@@ -11,7 +11,7 @@ import sys
 from datasets import Dataset
 
 from gspo_recipes import GSPOConfig, GSPOTrainer
-from gspo_recipes.tiny import build_tiny_model_and_tokenizer
+from gspo_recipes.builtin.tiny import build_tiny_model_and_tokenizer
 
 
 def digit_count_reward(completions, **kwargs):

@@ -15,7 +15,7 @@ from datasets import Dataset
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from gspo_recipes import GSPOConfig, GSPOTrainer
-from gspo_recipes.tiny import build_tokenizer
+from gspo_recipes.builtin.tiny import build_tokenizer
 
 rank = int(os.environ.get("RANK", "0"))
 logging.basicConfig(level=logging.WARNING, format=f"[rank{rank}] %(name)s: %(message)s", force=True)
