@@ -2,9 +2,10 @@
 token and sequence ratios. Offline, CPU, a few minutes.
 
 Model: a Qwen3-MoE (4 layers, 8 experts, top-2, hidden 64) with the project's character tokenizer, fine-tuned briefly
-like the cold-start model (gspo_recipes/coldstart.py: worked answers to generated grade-school problems, with the
-same shortcut flaw). Then, from that model, four arms x seeds of a short RL run (steps_per_generation=4, so minibatches
-1..4 of every rollout are 0..3 optimizer steps off-policy; reward 1 for a correct `#### N`, 0.1 for any `#### N`):
+like the cold-start model (gspo_recipes/builtin/coldstart.py: worked answers to generated grade-school problems, with
+the same shortcut flaw). Then, from that model, four arms x seeds of a short RL run (steps_per_generation=4, so
+minibatches 1..4 of every rollout are 0..3 optimizer steps off-policy; reward 1 for a correct `#### N`, 0.1 for any
+`#### N`):
 
 - GRPO: token ratios, epsilon 0.2 / 0.28 (TRL's loss);
 - GSPO: sequence ratios, clip range calibrated from the first rollout's off-policy log s_i (10% per side);
@@ -31,9 +32,9 @@ import time
 import torch
 
 from gspo_recipes import GSPOConfig, GSPOTrainer, _trl
+from gspo_recipes.builtin.coldstart import CHAT_TEMPLATE, encode_for_training, with_shortcuts
 from gspo_recipes.builtin.tiny import build_model, build_tokenizer
 from gspo_recipes.callbacks import RoutingVolatilityCallback
-from gspo_recipes.coldstart import CHAT_TEMPLATE, encode_for_training, with_shortcuts
 from gspo_recipes.data.synthetic_gsm import extract_final_answer, is_correct, make_gsm_dataset, make_gsm_problems
 from gspo_recipes.moe import RouteRecorder, RoutingReplay, build_tiny_moe, completion_routes
 

@@ -3,9 +3,9 @@
     python scripts/build_coldstart_model.py --out DIR          # train, save to DIR, measure accuracy
     python scripts/build_coldstart_model.py                    # same, into the cache the recipe reads
 
-The recipe builds this same model on first use (`gspo_recipes.coldstart.load_or_build_coldstart_model`); this script
-is the explicit way to reproduce it, or to refresh the cache. Training is deterministic for a given seed and thread
-count, and takes a few minutes on 2 CPU cores.
+The recipe builds this same model on first use (`gspo_recipes.builtin.coldstart.load_or_build_coldstart_model`); this
+script is the explicit way to reproduce it, or to refresh the cache. Training is deterministic for a given seed and
+thread count, and takes a few minutes on 2 CPU cores.
 """
 
 from __future__ import annotations
@@ -16,7 +16,13 @@ import json
 import time
 from pathlib import Path
 
-from gspo_recipes.coldstart import EVAL_SEED, ColdStartConfig, build_coldstart_model, coldstart_dir, evaluate_accuracy
+from gspo_recipes.builtin.coldstart import (
+    EVAL_SEED,
+    ColdStartConfig,
+    build_coldstart_model,
+    coldstart_dir,
+    evaluate_accuracy,
+)
 from gspo_recipes.data import make_gsm_problems
 
 

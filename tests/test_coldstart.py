@@ -8,9 +8,14 @@ import re
 import pytest
 import torch
 
-import gspo_recipes.coldstart as coldstart
+import gspo_recipes.builtin.coldstart as coldstart
+from gspo_recipes.builtin.coldstart import (
+    ColdStartConfig,
+    encode_for_training,
+    load_or_build_coldstart_model,
+    train_coldstart,
+)
 from gspo_recipes.builtin.tiny import build_model, build_tokenizer
-from gspo_recipes.coldstart import ColdStartConfig, encode_for_training, load_or_build_coldstart_model, train_coldstart
 from gspo_recipes.data.synthetic_gsm import (
     PROMPT_SUFFIX,
     extract_final_answer,
@@ -183,7 +188,7 @@ def test_accuracy_check_runs_on_an_untrained_model(temperature):
 def test_shipped_model_is_the_one_the_code_builds_and_loads_without_training(tmp_path):
     """The copy in gspo_recipes/assets must match ColdStartConfig and COLDSTART_VERSION; after changing either,
     rebuild it: python scripts/build_coldstart_model.py --out gspo_recipes/assets/<the new folder name>."""
-    from gspo_recipes.coldstart import SHIPPED_DIR, coldstart_dir, load_or_build_coldstart_model
+    from gspo_recipes.builtin.coldstart import SHIPPED_DIR, coldstart_dir, load_or_build_coldstart_model
 
     expected = coldstart_dir(tmp_path).name
     assert (SHIPPED_DIR / expected / "model.safetensors").exists(), f"no shipped model named {expected}"

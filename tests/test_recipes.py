@@ -32,8 +32,8 @@ FAST = [
 def coldstart_cache(tmp_path_factory):
     """A cache holding an (untrained) tiny model where the embedded default looks for its cold-start model, so the
     tests exercise the embedded path without spending minutes on the cold start."""
+    from gspo_recipes.builtin.coldstart import coldstart_dir
     from gspo_recipes.builtin.tiny import build_tiny_model_and_tokenizer
-    from gspo_recipes.coldstart import coldstart_dir
 
     cache = tmp_path_factory.mktemp("cache")
     model, tokenizer = build_tiny_model_and_tokenizer()
@@ -283,7 +283,7 @@ def test_builtin_names_resolve_through_the_recipe_loaders(monkeypatch):
     """The offline YAML's `builtin:` names load through the same functions as a hub name or a local path."""
     from trl import ModelConfig
 
-    from gspo_recipes.coldstart import CHAT_TEMPLATE
+    from gspo_recipes.builtin.coldstart import CHAT_TEMPLATE
     from gspo_recipes.data.synthetic_gsm import make_gsm_dataset
     from gspo_recipes.recipe import RecipeArguments, load_train_dataset, model_and_tokenizer
 

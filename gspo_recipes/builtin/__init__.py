@@ -23,7 +23,7 @@ class Builtin:
 def _coldstart_gsm8k():
     from accelerate import PartialState
 
-    from gspo_recipes.coldstart import load_or_build_coldstart_model
+    from gspo_recipes.builtin.coldstart import load_or_build_coldstart_model
 
     # One process builds it if no copy matches the code (the shipped one normally does); the others wait and load it.
     with PartialState().main_process_first():

@@ -4,7 +4,8 @@ Each problem is a dict with GSM8K's two columns: `question` (a short word proble
 reasoning, one calculation per line, then `#### N`). The numbers are small and each problem takes one or two
 operations (addition, subtraction without borrowing, multiplication of one-digit factors); two thirds take two.
 Six operation patterns, 15 templates, 16 names and 16 kinds of item keep the questions varied. A tiny
-character-level model learns the format and the arithmetic in a few minutes of CPU (see `gspo_recipes.coldstart`).
+character-level model learns the format and the arithmetic in a few minutes of CPU (see
+`gspo_recipes.builtin.coldstart`).
 
 The prompt the model sees is `question + PROMPT_SUFFIX`; the completion it must write is `answer` followed by EOS:
 
