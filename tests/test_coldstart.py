@@ -186,8 +186,8 @@ def test_accuracy_check_runs_on_an_untrained_model(temperature):
 
 
 def test_shipped_model_is_the_one_the_code_builds_and_loads_without_training(tmp_path):
-    """The copy in gspo_recipes/assets must match ColdStartConfig and COLDSTART_VERSION; after changing either,
-    rebuild it: python scripts/build_coldstart_model.py --out gspo_recipes/assets/<the new folder name>."""
+    """The copy in gspo_recipes/builtin/assets must match ColdStartConfig and COLDSTART_VERSION; after changing either,
+    rebuild it: python scripts/build_coldstart_model.py --out gspo_recipes/builtin/assets/<the new folder name>."""
     from gspo_recipes.builtin.coldstart import SHIPPED_DIR, coldstart_dir, load_or_build_coldstart_model
 
     expected = coldstart_dir(tmp_path).name
