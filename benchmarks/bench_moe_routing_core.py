@@ -24,8 +24,8 @@ import time
 
 import torch
 
+from gspo_recipes.builtin.data.synthetic_gsm import make_gsm_problems
 from gspo_recipes.builtin.tiny import build_tokenizer
-from gspo_recipes.data.synthetic_gsm import make_gsm_problems
 from gspo_recipes.moe import RouteRecorder, RoutingReplay, build_tiny_moe, routing_change
 
 

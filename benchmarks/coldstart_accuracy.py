@@ -15,7 +15,7 @@ import time
 import torch
 
 from gspo_recipes.builtin.coldstart import EVAL_SEED, evaluate_accuracy, load_or_build_coldstart_model
-from gspo_recipes.data import format_prompt, make_gsm_problems
+from gspo_recipes.builtin.data import format_prompt, make_gsm_problems
 
 
 def generation_seconds(model, tokenizer, problems, max_new_tokens: int) -> float:

@@ -30,9 +30,9 @@ import time
 import torch
 
 from gspo_recipes import GSPOTrainer
+from gspo_recipes.builtin.data.synthetic_gsm import make_gsm_dataset
 from gspo_recipes.commands import passrate
 from gspo_recipes.commands.passrate_sampling import Sampler
-from gspo_recipes.data.synthetic_gsm import make_gsm_dataset
 from gspo_recipes.recipe import RecipeArguments, as_prompt, load_train_dataset, model_and_tokenizer, parse_args
 from gspo_recipes.rewards import get_rewards
 

@@ -33,9 +33,14 @@ import torch
 
 from gspo_recipes import GSPOConfig, GSPOTrainer, _trl
 from gspo_recipes.builtin.coldstart import CHAT_TEMPLATE, encode_for_training, with_shortcuts
+from gspo_recipes.builtin.data.synthetic_gsm import (
+    extract_final_answer,
+    is_correct,
+    make_gsm_dataset,
+    make_gsm_problems,
+)
 from gspo_recipes.builtin.tiny import build_model, build_tokenizer
 from gspo_recipes.callbacks import RoutingVolatilityCallback
-from gspo_recipes.data.synthetic_gsm import extract_final_answer, is_correct, make_gsm_dataset, make_gsm_problems
 from gspo_recipes.moe import RouteRecorder, RoutingReplay, build_tiny_moe, completion_routes
 
 ARMS = {

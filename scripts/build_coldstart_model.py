@@ -23,7 +23,7 @@ from gspo_recipes.builtin.coldstart import (
     coldstart_dir,
     evaluate_accuracy,
 )
-from gspo_recipes.data import make_gsm_problems
+from gspo_recipes.builtin.data import make_gsm_problems
 
 
 def main() -> None:

@@ -15,8 +15,7 @@ from gspo_recipes.builtin.coldstart import (
     load_or_build_coldstart_model,
     train_coldstart,
 )
-from gspo_recipes.builtin.tiny import build_model, build_tokenizer
-from gspo_recipes.data.synthetic_gsm import (
+from gspo_recipes.builtin.data.synthetic_gsm import (
     PROMPT_SUFFIX,
     extract_final_answer,
     format_prompt,
@@ -24,6 +23,7 @@ from gspo_recipes.data.synthetic_gsm import (
     make_gsm_dataset,
     make_gsm_problems,
 )
+from gspo_recipes.builtin.tiny import build_model, build_tokenizer
 
 
 @pytest.fixture(autouse=True)

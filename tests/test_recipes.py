@@ -152,8 +152,8 @@ def test_gsm8k_stopped_and_resumed_ends_like_an_uninterrupted_run(tmp_path, cold
 
 def test_gsm8k_real_path_with_a_local_dataset_and_model(tmp_path):
     """--model_name_or_path and a local .jsonl, with renamed columns: the chat template path of the real recipe."""
+    from gspo_recipes.builtin.data.synthetic_gsm import make_gsm_problems
     from gspo_recipes.builtin.tiny import build_tiny_model_and_tokenizer
-    from gspo_recipes.data.synthetic_gsm import make_gsm_problems
 
     model, tokenizer = build_tiny_model_and_tokenizer()
     model.save_pretrained(tmp_path / "model")
@@ -284,7 +284,7 @@ def test_builtin_names_resolve_through_the_recipe_loaders(monkeypatch):
     from trl import ModelConfig
 
     from gspo_recipes.builtin.coldstart import CHAT_TEMPLATE
-    from gspo_recipes.data.synthetic_gsm import make_gsm_dataset
+    from gspo_recipes.builtin.data.synthetic_gsm import make_gsm_dataset
     from gspo_recipes.recipe import RecipeArguments, load_train_dataset, model_and_tokenizer
 
     monkeypatch.setenv("GSPO_RECIPES_CACHE", "/nonexistent")  # the copy shipped with the package, not a local cache
@@ -307,7 +307,7 @@ def test_embedded_prompt_tokens_are_the_plain_prompt_the_cold_start_was_trained_
     """The embedded default sends chat messages like any chat model; the cold-start tokenizer renders them as the
     plain `question + "\\nAnswer: "` the model was trained on, token for token as TRL tokenizes each form."""
     from gspo_recipes.builtin import load_model
-    from gspo_recipes.data.synthetic_gsm import format_prompt, make_gsm_problems
+    from gspo_recipes.builtin.data.synthetic_gsm import format_prompt, make_gsm_problems
     from gspo_recipes.recipe import as_prompt
 
     monkeypatch.setenv("GSPO_RECIPES_CACHE", "/nonexistent")

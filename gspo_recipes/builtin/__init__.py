@@ -37,7 +37,7 @@ def _tiny_untrained():
 
 
 def _gsm8k_generated(seed: int):
-    from gspo_recipes.data.synthetic_gsm import make_gsm_dataset
+    from gspo_recipes.builtin.data.synthetic_gsm import make_gsm_dataset
 
     # Another seed than the cold start's training problems (seed 0 and up), so the RL problems are new to the model.
     return make_gsm_dataset(2048, seed=10_000 + seed, with_prompt=False)
@@ -46,7 +46,7 @@ def _gsm8k_generated(seed: int):
 def _math_generated(seed: int):
     from datasets import Dataset
 
-    from gspo_recipes.data.synthetic_math import make_math_problems
+    from gspo_recipes.builtin.data.synthetic_math import make_math_problems
 
     return Dataset.from_list(make_math_problems(256, seed=seed))
 
@@ -54,7 +54,7 @@ def _math_generated(seed: int):
 def _mbpp_generated(seed: int):
     from datasets import Dataset
 
-    from gspo_recipes.data.synthetic_code import make_code_tasks
+    from gspo_recipes.builtin.data.synthetic_code import make_code_tasks
 
     return Dataset.from_list(make_code_tasks(128, seed=seed))
 

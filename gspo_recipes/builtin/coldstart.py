@@ -3,7 +3,7 @@
 The GSPO paper starts RL from a cold-start fine-tuned model, one that already solves some problems. This module
 makes such a model offline, in about 3-4 minutes on 2 CPU cores: the character-level tokenizer and Qwen2-style
 decoder of `gspo_recipes.builtin.tiny` (hidden 128, 4 layers, 998,528 parameters), trained from scratch with a plain
-PyTorch loop for 800 steps of 32 fresh problems from `gspo_recipes.data.synthetic_gsm`. It learns to write
+PyTorch loop for 800 steps of 32 fresh problems from `gspo_recipes.builtin.data.synthetic_gsm`. It learns to write
 `<calculation lines>\n#### N` and EOS after `question + PROMPT_SUFFIX` (the loss covers that completion only).
 
 The fine-tuning data has a deliberate flaw, the kind weak SFT data has: 70% of the two-step solutions stop after
@@ -35,8 +35,8 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
 
+from gspo_recipes.builtin.data.synthetic_gsm import PROMPT_SUFFIX, format_prompt, is_correct, make_gsm_problems
 from gspo_recipes.builtin.tiny import build_model, build_tokenizer
-from gspo_recipes.data.synthetic_gsm import PROMPT_SUFFIX, format_prompt, is_correct, make_gsm_problems
 
 # Bump whenever the data, the model shape or the training changes: the cache folder is named after it, so an
 # incompatible change rebuilds the model instead of loading a stale one.

@@ -1,6 +1,6 @@
 """Datasets generated offline, so recipes and tests run with no network."""
 
-from gspo_recipes.data.synthetic_gsm import (
+from gspo_recipes.builtin.data.synthetic_gsm import (
     PROMPT_SUFFIX,
     extract_final_answer,
     format_prompt,
