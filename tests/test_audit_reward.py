@@ -8,8 +8,8 @@ import types
 
 import pytest
 
-from gspo_recipes.cli import main
 from gspo_recipes.commands import audit_reward
+from gspo_recipes.commands.cli import main
 
 
 def audit(capsys, *argv):

@@ -185,7 +185,7 @@ def test_length_scaled_calibration_holds_the_target_at_every_length():
 def test_calibrate_command_length_scaled(tmp_path, capsys):
     import json
 
-    from gspo_recipes.cli import main as gspo
+    from gspo_recipes.commands.cli import main as gspo
 
     log_s, sign, lengths = law_samples(per_length=500)
     line = {

@@ -8,8 +8,8 @@ import json
 import pytest
 from conftest import launch_two_cpu_processes
 
-from gspo_recipes.cli import main as gspo
 from gspo_recipes.commands import passrate, passrate_sampling
+from gspo_recipes.commands.cli import main as gspo
 
 ARGS = ["--max_train_samples", "12", "--num_generations", "4", "--passrate_batch_size", "4", "--keep", "0.1:0.9"]
 

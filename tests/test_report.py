@@ -60,10 +60,10 @@ def test_report_of_a_tiny_run(tiny_run, capsys):
 
 @pytest.mark.skipif(
     importlib.util.find_spec("gspo_recipes.calibrate") is None,
-    reason="gspo_recipes.cli also imports the calibrate subcommand, not written yet",
+    reason="gspo_recipes.commands.cli also imports the calibrate subcommand, not written yet",
 )
 def test_console_script_dispatches_to_report(tiny_run):
-    from gspo_recipes.cli import main
+    from gspo_recipes.commands.cli import main
 
     assert main(["report", str(tiny_run), "--bins", "20"]) in (0, 1)  # 1: figures skipped without matplotlib
     assert (tiny_run / rep.SUMMARY_FILE).exists()

@@ -102,7 +102,7 @@ def test_lines_with_only_sections_read_report_and_calibrate_without_error(tmp_pa
     assert "groups (signal reward, 2 groups in 1 generation batches)" in summary
     data = read_off_policy(str(run_dir / rep.DIAGNOSTICS_FILE))
     assert data["steps"] == [1, 3] and data["log_s"].numel() == 4
-    from gspo_recipes.cli import main
+    from gspo_recipes.commands.cli import main
 
     assert main(["calibrate", str(run_dir)]) == 0
     # A file of sections only: the report says there are no responses and still lists the warning.

@@ -81,10 +81,10 @@ def test_plot_without_matplotlib_says_how_to_install(monkeypatch, tmp_path, caps
 
 @pytest.mark.skipif(
     any(importlib.util.find_spec(f"gspo_recipes.{name}") is None for name in ("report", "calibrate")),
-    reason="gspo_recipes.cli imports the report and calibrate subcommands, not written yet",
+    reason="gspo_recipes.commands.cli imports the report and calibrate subcommands, not written yet",
 )
 def test_console_script_dispatches_to_simulate(capsys):
-    from gspo_recipes.cli import main
+    from gspo_recipes.commands.cli import main
 
     assert main(["simulate", "--count", "300", "--lengths", "32"]) == 0
     assert "sigma/sqrt(L)" in capsys.readouterr().out
@@ -109,7 +109,7 @@ def test_outlier_tokens_make_one_token_clips_and_the_clamp_removes_them():
 
 
 def test_cli_prints_the_outlier_table_with_and_without_the_clamp(capsys):
-    from gspo_recipes.cli import main
+    from gspo_recipes.commands.cli import main
 
     argv = ["simulate", "--sigma", "0.002", "--count", "400", "--lengths", "64", "--outlier-shift", "4.6"]
     assert main(argv) == 0

@@ -1,1 +1,1 @@
-"""One module per `gspo` subcommand, each with `register(subparsers)` (see gspo_recipes/cli.py)."""
+"""One module per `gspo` subcommand, each with `register(subparsers)` (see gspo_recipes/commands/cli.py)."""

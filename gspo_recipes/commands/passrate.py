@@ -3,7 +3,7 @@
     gspo passrate                                                    # offline: the cold-start model, generated GSM8K
     gspo passrate --model_name_or_path Qwen/Qwen2.5-0.5B-Instruct --dataset_name openai/gsm8k --dataset_config main \
         --reward_funcs gsm8k_accuracy --num_generations 16 --keep 0.1:0.9 --output_dir passrate_gsm8k
-    accelerate launch -m gspo_recipes.cli passrate ...               # one shard of the prompts per process
+    accelerate launch -m gspo_recipes.commands.cli passrate ...               # one shard of the prompts per process
 
 Takes the recipes' arguments (`--config YAML`, `--model_name_or_path`, `--dataset_name`, `--max_train_samples`,
 `--column_map`, `--reward_funcs`, `--system_prompt`, and GSPOConfig's sampling fields `--num_generations`,

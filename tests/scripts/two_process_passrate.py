@@ -4,7 +4,7 @@ import sys
 
 import torch
 
-from gspo_recipes.cli import main
+from gspo_recipes.commands.cli import main
 
 code = main(["passrate", *sys.argv[1:]])
 if torch.distributed.is_initialized():
