@@ -73,7 +73,7 @@ def test_logs_every_figure_writes_the_same_to_the_diagnostics_file_and_gspo_repo
 
     # gspo report on this run: the figure beside the training reward, and one summary line per grader.
     pytest.importorskip("matplotlib")
-    from gspo_recipes.report import report
+    from gspo_recipes.commands.report import report
 
     trainer.save_state()
     assert report(str(tmp_path)) == 0

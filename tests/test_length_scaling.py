@@ -302,7 +302,7 @@ def test_short_responses_warning_needs_enough_responses_and_judges_nothing_acros
 
 
 def test_report_replays_the_short_responses_warning_from_the_file():
-    from gspo_recipes.report import health_warnings
+    from gspo_recipes.commands.report import health_warnings
 
     def line(step, window):
         later = window["minibatch"] > 1
@@ -378,7 +378,7 @@ def test_a_run_whose_short_responses_clip_more_warns_and_the_scaled_range_does_n
     kinds, lines = varied_length_run(tmp_path / "scaled", scaled=True)
     assert "short_responses_clipped" not in kinds
     assert {line["epsilon_reference_length"] for line in lines if "epsilon_low" in line} == {32}
-    from gspo_recipes.report import length_scaling_note
+    from gspo_recipes.commands.report import length_scaling_note
 
     assert "length-scaled: x sqrt(L_ref / L) per response, L_ref = 32" in length_scaling_note(lines)  # gspo report
     # The file's clip counts are the scaled range's: recomputed from the recorded log s_i they agree.

@@ -54,7 +54,7 @@ def test_volatility_is_logged_per_minibatch_and_zero_on_policy(tmp_path, tiny_mo
     assert all(len(s["per_layer"]) == len(find_moe_layers(trainer.model)) for s in sections)
     assert max(max(s["per_layer"]) for s in sections) > 0
     # `gspo report` draws it and summarises it.
-    from gspo_recipes.report import report
+    from gspo_recipes.commands.report import report
 
     assert report(str(tmp_path)) == 0
     assert (tmp_path / "gspo_routing.png").stat().st_size > 0

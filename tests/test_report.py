@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from conftest import digit_count_reward, tiny_config
 
-import gspo_recipes.report as rep
+import gspo_recipes.commands.report as rep
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

@@ -6,7 +6,7 @@ import json
 from conftest import digit_count_reward, plain_grpo_config, tiny_config
 from trl import GRPOTrainer
 
-import gspo_recipes.report as rep
+import gspo_recipes.commands.report as rep
 from gspo_recipes import GSPOTrainer
 from gspo_recipes.calibrate import read_off_policy
 from gspo_recipes.callbacks import ClipFractionByLengthCallback, LogRatioHistogramCallback

@@ -11,7 +11,7 @@ import importlib
 import sys
 
 SUBCOMMANDS = {
-    "report": "gspo_recipes.report",
+    "report": "gspo_recipes.commands.report",
     "calibrate": "gspo_recipes.calibrate",
     "simulate": "gspo_recipes.simulate",
     "passrate": "gspo_recipes.commands.passrate",
