@@ -5,7 +5,7 @@ sampling its "dynamic_sampling" sections. Pure functions over the parsed lines, 
 
 from __future__ import annotations
 
-from gspo_recipes.report_figures import pyplot, save
+from gspo_recipes.commands.report.figures import pyplot, save
 from gspo_recipes.stats.groups import LowSignalWarning, group_fractions
 
 GROUPS_FIGURE = "gspo_groups.png"

@@ -5,7 +5,7 @@ Pure functions over the parsed lines, plus one figure.
 
 from __future__ import annotations
 
-from gspo_recipes.report_figures import pyplot, save
+from gspo_recipes.commands.report.figures import pyplot, save
 
 HELDOUT_FIGURE = "gspo_heldout.png"
 

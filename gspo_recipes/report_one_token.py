@@ -6,7 +6,7 @@ without it. Pure functions over the parsed lines, plus one figure.
 
 from __future__ import annotations
 
-from gspo_recipes.report_figures import pyplot, save
+from gspo_recipes.commands.report.figures import pyplot, save
 
 ONE_TOKEN_FIGURE = "gspo_one_token_clips.png"
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gspo_recipes.report_figures import pyplot, save
+from gspo_recipes.commands.report.figures import pyplot, save
 
 ROUTING_FIGURE = "gspo_routing.png"
 
