@@ -300,7 +300,7 @@ def test_the_trainer_warns_on_a_run_of_dead_groups_and_not_on_a_healthy_one(tmp_
 
 
 def test_report_replays_the_low_signal_warning_from_the_diagnostics_file():
-    from gspo_recipes.report_groups import groups_summary
+    from gspo_recipes.commands.report.groups import groups_summary
 
     def line(step, effective):
         counts = {"batches": 1, "groups": 4, "responses": 16, "solve_all": 0, "solve_none": 0}

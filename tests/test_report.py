@@ -194,7 +194,7 @@ def test_trainer_state_from_run_dir_else_newest_checkpoint(tmp_path):
 
 def test_groups_figure_and_summary_match_the_logged_metrics(tiny_run):
     pytest.importorskip("matplotlib")
-    from gspo_recipes.report_groups import GROUPS_FIGURE, groups_series
+    from gspo_recipes.commands.report.groups import GROUPS_FIGURE, groups_series
 
     assert rep.report(str(tiny_run)) == 0
     width, _ = png_size(tiny_run / GROUPS_FIGURE)
