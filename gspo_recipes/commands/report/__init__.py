@@ -27,7 +27,7 @@ import numpy as np
 from gspo_recipes.commands.report.figures import plot_clip_fractions, plot_heatmap, plot_reward, plot_spread
 from gspo_recipes.commands.report.groups import GROUPS_FIGURE, groups_summary, plot_groups
 from gspo_recipes.commands.report.heldout import HELDOUT_FIGURE, heldout_summary, plot_heldout
-from gspo_recipes.report_one_token import ONE_TOKEN_FIGURE, one_token_summary, plot_one_token
+from gspo_recipes.commands.report.one_token import ONE_TOKEN_FIGURE, one_token_summary, plot_one_token
 from gspo_recipes.report_routing import ROUTING_FIGURE, plot_routing, routing_summary
 from gspo_recipes.runfiles.diagnostics import DIAGNOSTICS_FILE, has_responses, read_diagnostics
 from gspo_recipes.runfiles.run_warnings import recorded_warnings
