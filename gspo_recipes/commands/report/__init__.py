@@ -3,7 +3,7 @@
 Writes next to the diagnostics file: the clip fraction per length bucket over steps (one panel per side), a heat map
 of log s_i over steps, the spread of log s_i against response length (log-log, with a c/sqrt(L) line fitted through
 the points), reward over steps, for MoE runs the routing change per minibatch and per layer
-(gspo_recipes/report_routing.py), the groups that carry signal (gspo_recipes/commands/report/groups.py), and
+(gspo_recipes/commands/report/routing.py), the groups that carry signal (gspo_recipes/commands/report/groups.py), and
 `gspo_report.txt`, the summary printed to the console: the warnings the run gave (recorded in the diagnostics file as
 they fired), then the clip health warnings recomputed from the recorded off-policy responses.
 
@@ -28,7 +28,7 @@ from gspo_recipes.commands.report.figures import plot_clip_fractions, plot_heatm
 from gspo_recipes.commands.report.groups import GROUPS_FIGURE, groups_summary, plot_groups
 from gspo_recipes.commands.report.heldout import HELDOUT_FIGURE, heldout_summary, plot_heldout
 from gspo_recipes.commands.report.one_token import ONE_TOKEN_FIGURE, one_token_summary, plot_one_token
-from gspo_recipes.report_routing import ROUTING_FIGURE, plot_routing, routing_summary
+from gspo_recipes.commands.report.routing import ROUTING_FIGURE, plot_routing, routing_summary
 from gspo_recipes.runfiles.diagnostics import DIAGNOSTICS_FILE, has_responses, read_diagnostics
 from gspo_recipes.runfiles.run_warnings import recorded_warnings
 
