@@ -160,7 +160,7 @@ def law_samples(per_length=3000, sigma=0.05, seed=0):
 
 
 def per_bucket_clip(log_s, sign, lengths, eps_low, eps_high):
-    from gspo_recipes.calibrate import clip_fraction_by_bucket
+    from gspo_recipes.commands.calibrate import clip_fraction_by_bucket
 
     return clip_fraction_by_bucket(log_s, sign, lengths, eps_low, eps_high, [(n, n) for n in LAW_LENGTHS])
 

@@ -59,7 +59,7 @@ def test_report_of_a_tiny_run(tiny_run, capsys):
 
 
 @pytest.mark.skipif(
-    importlib.util.find_spec("gspo_recipes.calibrate") is None,
+    importlib.util.find_spec("gspo_recipes.commands.calibrate") is None,
     reason="gspo_recipes.commands.cli also imports the calibrate subcommand, not written yet",
 )
 def test_console_script_dispatches_to_report(tiny_run):

@@ -8,8 +8,8 @@ from trl import GRPOTrainer
 
 import gspo_recipes.commands.report as rep
 from gspo_recipes import GSPOTrainer
-from gspo_recipes.calibrate import read_off_policy
 from gspo_recipes.callbacks import ClipFractionByLengthCallback, LogRatioHistogramCallback
+from gspo_recipes.commands.calibrate import read_off_policy
 from gspo_recipes.runfiles.diagnostics import read_diagnostics
 from gspo_recipes.runfiles.run_warnings import record_warning, recorded_warnings
 

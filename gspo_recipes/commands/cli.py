@@ -12,7 +12,7 @@ import sys
 
 SUBCOMMANDS = {
     "report": "gspo_recipes.commands.report",
-    "calibrate": "gspo_recipes.calibrate",
+    "calibrate": "gspo_recipes.commands.calibrate",
     "simulate": "gspo_recipes.simulate",
     "passrate": "gspo_recipes.commands.passrate",
     "audit-reward": "gspo_recipes.commands.audit_reward",

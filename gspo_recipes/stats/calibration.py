@@ -4,7 +4,7 @@ The explainer's advice: measure log s_i on the first batches before fixing epsil
 paper can clip most responses in a setting with more per-token drift. Calibration takes the off-policy responses
 (minibatches 2..k, where s_i can leave 1) and picks, per side, the epsilon that clips the target fraction of the
 responses that side can clip: epsilon_high from the responses with A > 0, epsilon_low from those with A < 0.
-`gspo calibrate` (gspo_recipes/calibrate.py) does the same from a finished run's diagnostics file.
+`gspo calibrate` (gspo_recipes/commands/calibrate.py) does the same from a finished run's diagnostics file.
 
 With a length-scaled range (`epsilon_length_scaling`) a response of L tokens is clipped with eps * sqrt(L_ref / L),
 so it is clipped exactly when its length-normalised log-ratio log s_i * sqrt(L / L_ref) lies outside the range at
