@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-import gspo_recipes.simulate as sim
+import gspo_recipes.commands.simulate as sim
 
 
 def normal_cdf(x: float) -> float:

@@ -13,7 +13,7 @@ import sys
 SUBCOMMANDS = {
     "report": "gspo_recipes.commands.report",
     "calibrate": "gspo_recipes.commands.calibrate",
-    "simulate": "gspo_recipes.simulate",
+    "simulate": "gspo_recipes.commands.simulate",
     "passrate": "gspo_recipes.commands.passrate",
     "audit-reward": "gspo_recipes.commands.audit_reward",
 }
