@@ -94,7 +94,7 @@ def test_console_script_dispatches_to_simulate(capsys):
 
 
 def test_outlier_tokens_make_one_token_clips_and_the_clamp_removes_them():
-    from gspo_recipes.simulate_outliers import simulate_outliers
+    from gspo_recipes.commands.simulate_outliers import simulate_outliers
 
     common = dict(sigma=0.002, lengths=[64, 256], count=2000, sequence_range=(3e-4, 4e-4), seed=0)
     clean = simulate_outliers(outlier_shift=4.6, outlier_rate=0.0, **common)

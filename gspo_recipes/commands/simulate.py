@@ -202,8 +202,8 @@ def run(args: argparse.Namespace) -> int:
         args.sigma, args.lengths, args.count, token_range, sequence_range, args.seed, reference_length=reference
     )
     print(format_table(rows, args.sigma, args.count, token_range, sequence_range, reference))
-    if args.outlier_shift:  # one-token clips, with and without the clamp (gspo_recipes/simulate_outliers.py)
-        from gspo_recipes.simulate_outliers import format_outlier_table, simulate_outliers
+    if args.outlier_shift:  # one-token clips, with and without the clamp (gspo_recipes/commands/simulate_outliers.py)
+        from gspo_recipes.commands.simulate_outliers import format_outlier_table, simulate_outliers
 
         outliers = simulate_outliers(args.sigma, args.lengths, args.count, sequence_range, args.outlier_shift,
                                      args.outlier_rate, args.token_log_ratio_clip, args.seed)  # fmt: skip
