@@ -13,12 +13,8 @@ The helpers below are pure functions over the parsed JSON lines, so that tests a
 from __future__ import annotations
 
 import argparse
-import glob
-import json
 import logging
-import math
 import os
-import re
 import sys
 from types import SimpleNamespace
 
@@ -29,10 +25,19 @@ from gspo_recipes.commands.report.groups import GROUPS_FIGURE, groups_summary, p
 from gspo_recipes.commands.report.heldout import HELDOUT_FIGURE, heldout_summary, plot_heldout
 from gspo_recipes.commands.report.one_token import ONE_TOKEN_FIGURE, one_token_summary, plot_one_token
 from gspo_recipes.commands.report.routing import ROUTING_FIGURE, plot_routing, routing_summary
+from gspo_recipes.commands.report.series import (  # noqa: F401 (re-exported)
+    STATE_FILE,
+    clip_fraction_series,
+    common_grid_histogram,
+    find_trainer_state,
+    fit_inverse_sqrt,
+    learning_rates_by_step,
+    read_log_history,
+    spread_by_length,
+)
 from gspo_recipes.runfiles.diagnostics import DIAGNOSTICS_FILE, has_responses, read_diagnostics
 from gspo_recipes.runfiles.run_warnings import recorded_warnings
 
-STATE_FILE = "trainer_state.json"
 SUMMARY_FILE = "gspo_report.txt"
 INSTALL_HINT = "pip install 'gspo-recipes[report]'"
 FIGURES = {
@@ -41,134 +46,6 @@ FIGURES = {
     "spread": "gspo_log_s_spread_vs_length.png",
     "reward": "gspo_reward.png",
 }
-
-
-# ---------------------------------------------------------------------------------------------------------- reading
-
-
-def find_trainer_state(run_dir: str) -> str | None:
-    """`RUN_DIR/trainer_state.json` (written by `trainer.save_state()`), else the newest checkpoint's."""
-    direct = os.path.join(run_dir, STATE_FILE)
-    if os.path.isfile(direct):
-        return direct
-    checkpoints = []
-    for path in glob.glob(os.path.join(run_dir, "checkpoint-*", STATE_FILE)):
-        match = re.fullmatch(r"checkpoint-(\d+)", os.path.basename(os.path.dirname(path)))
-        if match:
-            checkpoints.append((int(match.group(1)), path))
-    return max(checkpoints)[1] if checkpoints else None
-
-
-def read_log_history(path: str) -> list[dict]:
-    with open(path) as f:
-        return json.load(f).get("log_history", [])
-
-
-# ---------------------------------------------------------------------------------------------------------- numbers
-
-
-def clip_fraction_series(lines: list[dict]) -> dict[str, dict[str, np.ndarray]]:
-    """Per length bucket ("lo-hi") and overall ("all"): steps and the fractions clipped low and high.
-
-    A fraction is of all responses in the bucket at that step (as `gspo/clip_frac_*/len_*`); NaN where the bucket
-    was empty.
-    """
-    series: dict[str, dict[str, list]] = {}
-
-    def add(name, step, responses, low, high):
-        entry = series.setdefault(name, {"steps": [], "low": [], "high": []})
-        entry["steps"].append(step)
-        entry["low"].append(low / responses if responses else math.nan)
-        entry["high"].append(high / responses if responses else math.nan)
-
-    for line in lines:
-        for bucket in line["buckets"]:
-            add(
-                f"{bucket['lo']}-{bucket['hi']}",
-                line["step"],
-                bucket["responses"],
-                bucket["clipped_low"],
-                bucket["clipped_high"],
-            )
-        per_k = line["minibatches"].values()
-        low, high = sum(m["clipped_low"] for m in per_k), sum(m["clipped_high"] for m in per_k)
-        add("all", line["step"], line["responses"], low, high)
-    return {
-        name: {key: np.asarray(values, dtype=float) for key, values in entry.items()} for name, entry in series.items()
-    }
-
-
-def common_grid_histogram(lines: list[dict], bins: int = 60) -> tuple[list[int], np.ndarray, np.ndarray]:
-    """The per-step histograms of log s_i re-binned onto one grid, for a heat map.
-
-    Each line's histogram spans that window's own range, so the edges differ from line to line. Every line's counts
-    are placed at its bin centres and re-counted on `bins` equal bins spanning the union of all lines' ranges, then
-    divided by the line's total: column j is the share of step j's off-policy responses in each grid bin (a count
-    moves by at most half its original bin width). Lines without a histogram (on-policy windows) get a NaN column.
-    Returns (steps, grid edges, shares of shape (bins, len(steps))); no steps when no line has a histogram.
-    """
-    has_histogram = [bool(line.get("counts")) and sum(line["counts"]) > 0 for line in lines]
-    if not any(has_histogram):
-        return [], np.zeros(0), np.zeros((bins, 0))
-    lo = min(line["bin_edges"][0] for line, has in zip(lines, has_histogram) if has)
-    hi = max(line["bin_edges"][-1] for line, has in zip(lines, has_histogram) if has)
-    grid = np.linspace(lo, hi, bins + 1)
-    shares = np.full((bins, len(lines)), np.nan)
-    for j, (line, has) in enumerate(zip(lines, has_histogram)):
-        if has:
-            edges, counts = np.asarray(line["bin_edges"]), np.asarray(line["counts"], dtype=float)
-            column, _ = np.histogram((edges[:-1] + edges[1:]) / 2, bins=grid, weights=counts)
-            shares[:, j] = column / counts.sum()
-    return [line["step"] for line in lines], grid, shares
-
-
-def spread_by_length(lines: list[dict]) -> list[dict]:
-    """Spread of the off-policy log s_i per length bucket, pooled over steps.
-
-    Pooled within-step variance: squared deviations from each (step, bucket) mean, summed over steps and divided by
-    (values - groups), over groups of at least two values. Drifts of the mean from step to step therefore do not
-    inflate it, and it estimates the same quantity as the per-step `log_s_std` the callback logs. Returns one dict
-    per bucket with data: lo, hi, mean_length, std, values.
-    """
-    pooled = []
-    buckets = {(b["lo"], b["hi"]) for line in lines for b in line["buckets"]}
-    for lo, hi in sorted(buckets):
-        squares, dof, lengths = 0.0, 0, []
-        for line in lines:
-            off = line.get("off_policy", {})
-            pairs = [(v, n) for v, n in zip(off.get("log_s", []), off.get("length", [])) if lo <= n <= hi]
-            if not pairs:
-                continue
-            values = np.array([v for v, _ in pairs])
-            lengths += [n for _, n in pairs]
-            if len(values) >= 2:
-                squares += float(((values - values.mean()) ** 2).sum())
-                dof += len(values) - 1
-        if dof:
-            pooled.append(
-                {
-                    "lo": lo,
-                    "hi": hi,
-                    "mean_length": float(np.mean(lengths)),
-                    "std": math.sqrt(squares / dof),
-                    "values": len(lengths),
-                }
-            )
-    return pooled
-
-
-def fit_inverse_sqrt(points: list[dict]) -> float | None:
-    """c in std = c / sqrt(L), least squares on the log scale weighted by the values per bucket (None without data)."""
-    points = [p for p in points if p["std"] > 0]
-    if not points:
-        return None
-    weights = np.array([p["values"] for p in points], dtype=float)
-    log_c = np.log([p["std"] * math.sqrt(p["mean_length"]) for p in points])
-    return float(math.exp((weights * log_c).sum() / weights.sum()))
-
-
-def learning_rates_by_step(log_history: list[dict]) -> dict[int, float]:
-    return {e["step"]: e["learning_rate"] for e in log_history if "step" in e and "learning_rate" in e}
 
 
 def health_warnings(
