@@ -1,4 +1,4 @@
-"""TRL's loss options in GSPOTrainer's own loss (gspo_recipes/loss/options.py), and the normalisation under
+"""TRL's loss options in GSPOTrainer's own loss (gspo_recipes/trainer/loss_options.py), and the normalisation under
 mask_truncated_completions: equal to TRL's GRPOTrainer on a crafted off-policy batch, with the share each masks."""
 
 import pytest

@@ -1,9 +1,10 @@
-"""The objective layer: the GSPO loss, the clip rule, TRL's loss options and one-token statistics.
+"""The objective layer: the GSPO loss, the clip rule, the masks of TRL's loss options, one-token statistics.
 
-Math on tensors with no TRL in it. The public names of `objective.py` are re-exported here, so
-`from gspo_recipes.loss import gspo_loss` keeps working.
+`gspo_batch_loss` (batch.py) is the one call the trainer makes per micro-batch; `objective.py` holds the pieces.
+Math on tensors with no TRL in it. The public names are re-exported here: `from gspo_recipes.loss import gspo_loss`.
 """
 
+from gspo_recipes.loss.batch import BatchLoss, gspo_batch_loss
 from gspo_recipes.loss.objective import (
     EPS_HIGH,
     EPS_LOW,
@@ -24,6 +25,8 @@ from gspo_recipes.loss.objective import (
 )
 
 __all__ = [
+    "BatchLoss",
+    "gspo_batch_loss",
     "EPS_LOW",
     "EPS_HIGH",
     "MAX_LOG_RATIO",

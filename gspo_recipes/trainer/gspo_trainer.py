@@ -8,8 +8,9 @@ type is TRL's own (the README's loss-type table). There it differs from TRL's ow
   token the response's mean advantage times the mean gradient instead.
 - The mean log-ratio is clamped before `exp`, so no response produces inf or NaN.
 - The share masked by each of TRL's loss options (OPSM, top_entropy_quantile, delta) is logged (loss_options.py).
-- Opt-in `token_log_ratio_clip`: GMPO's per-token clamp before the mean (loss.py `clamp_token_log_ratios`); and for
-  the diagnostics, which clipped responses one token clips (loss.py `one_token_clips`, from the same log-ratios).
+- The loss itself is one call, `gspo_recipes.loss.batch.gspo_batch_loss`; this class only wires TRL's batch to it.
+- Opt-in `token_log_ratio_clip`: GMPO's per-token clamp before the mean (`loss.clamp_token_log_ratios`); and for the
+  diagnostics, which clipped responses one token clips (`loss.one_token_clips`, from the same log-ratios).
 For response-level advantages the loss and its gradient are otherwise TRL's, KL term, entropy bonus, OPSM,
 `top_entropy_quantile`, `delta` and the normalisation of `mask_truncated_completions` included (tests/test_trainer.py
 and tests/test_loss_options.py check it). What the trainer assumes about TRL's internals is in gspo_recipes/_trl.py.
@@ -25,24 +26,14 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOConfig, GRPOTrainer
 
 from gspo_recipes import _trl
-from gspo_recipes.loss import (
-    MAX_LOG_RATIO,
-    clamp_token_log_ratios,
-    clipped_sides,
-    gspo_token_objective,
-    length_scaled_epsilons,
-    mean_over_responses,
-    one_token_clip_drivers,
-    response_advantage,
-    sequence_log_ratio,
-)
-from gspo_recipes.loss.options import add_entropy_bonus, masked_shares, policy_masks, response_share
+from gspo_recipes.loss.batch import gspo_batch_loss
 from gspo_recipes.sampler import SamplerLogprobs
 from gspo_recipes.sampler.sampling_mask import KEPT_IDS_KEY
 from gspo_recipes.stats.calibration import EpsilonCalibration
 from gspo_recipes.trainer.config import GSPOConfig
 from gspo_recipes.trainer.group_health import GroupHealth
 from gspo_recipes.trainer.grpo_conversion import from_grpo_config
+from gspo_recipes.trainer.loss_options import add_entropy_bonus, masked_shares, policy_masks
 
 logger = logging.getLogger(__name__)
 
@@ -253,66 +244,44 @@ class GSPOTrainer(GRPOTrainer):
         old_per_token_logps = inputs.get("old_per_token_logps")
         if old_per_token_logps is None:  # exactly on-policy: TRL skips the old forward pass
             old_per_token_logps = per_token_logps.detach()
-        advantages = inputs["advantages"]
-        lengths = mask.sum(-1)
-        # Floats (the plain range), or one range per response with epsilon_length_scaling.
-        eps_low, eps_high = length_scaled_epsilons(
-            self.epsilon_low, self.epsilon_high, lengths, self.epsilon_reference_length
+        off_policy_mask, entropy_mask = policy_masks(
+            self, inputs, per_token_logps, old_per_token_logps, entropies, inputs["advantages"], mask
         )
-
-        surrogate, log_s, _ = gspo_token_objective(
+        use_is_weights = self.use_vllm and self.vllm_importance_sampling_correction
+        step = gspo_batch_loss(
             per_token_logps,
             old_per_token_logps,
-            advantages,
+            inputs["advantages"],
             mask,
-            eps_low,
-            eps_high,
+            self.epsilon_low,
+            self.epsilon_high,
+            reference_length=self.epsilon_reference_length,
             delta=self.args.delta,
             token_log_ratio_clip=self.args.token_log_ratio_clip,
+            off_policy_mask=off_policy_mask,
+            entropy_mask=entropy_mask,
+            importance_weights=inputs["importance_sampling_ratio"] if use_is_weights else None,
+            ref_per_token_logps=inputs.get("ref_per_token_logps"),
+            beta=self.beta,
+            bias_corrected_kl=self.args.use_bias_correction_kl,
+            accumulation_steps=self.current_gradient_accumulation_steps if mode == "train" else 1,
+            # O(B T) on detached values, only while a callback consumes them
+            measure_one_token=mode == "train" and self.response_stats is not None,
         )
-        off_policy_mask, entropy_mask = policy_masks(
-            self, inputs, per_token_logps, old_per_token_logps, entropies, advantages, mask
-        )
-        per_token_loss = -surrogate
-        if off_policy_mask is not None:
-            per_token_loss = per_token_loss * off_policy_mask
-        if entropy_mask is not None:  # TRL's effect with a sequence ratio (loss_options.py)
-            per_token_loss = per_token_loss * response_share(entropy_mask, mask).to(per_token_loss.dtype)
-        if self.use_vllm and self.vllm_importance_sampling_correction:
-            per_token_loss = per_token_loss * inputs["importance_sampling_ratio"]
-        per_token_kl = None
-        if self.beta != 0.0:
-            per_token_kl = self._per_token_kl(inputs, per_token_logps, old_per_token_logps, mask)
-            per_token_loss = per_token_loss + self.beta * per_token_kl
-
-        # Normalised by the micro-batch's size, as TRL does: a truncated response (mask_truncated_completions) counts
-        # as zero and leaves its neighbours' weight alone.
-        loss = mean_over_responses(per_token_loss, mask, num_responses=mask.size(0))
-        policy_loss = loss.detach()
-        if mode == "train":  # TRL turns off the Trainer's own scaling for gradient accumulation
-            loss = loss / self.current_gradient_accumulation_steps
+        loss = step.loss
         if _trl.entropy_bonus_enabled(self):
-            loss = add_entropy_bonus(self, loss, policy_loss, entropies, mask, entropy_mask, mode)
+            loss = add_entropy_bonus(self, loss, step.policy_loss, entropies, mask, entropy_mask, mode)
         if self.aux_loss_enabled:  # scaled for accumulation like the policy loss, as TRL does
             normalizer = self.current_gradient_accumulation_steps if mode == "train" else 1.0
             loss = loss + self.router_aux_loss_coef * aux_loss / normalizer
             _trl.metric_store(self, mode)["aux_loss"].append(self.accelerator.gather(aux_loss.detach()).mean().item())
 
-        response_adv = response_advantage(advantages, mask)
-        low, high = clipped_sides(log_s, response_adv, eps_low, eps_high)
-        self._log_loss_metrics(mode, mask, entropies, low, high, lengths, per_token_kl)
+        self._log_loss_metrics(mode, mask, entropies, step.low, step.high, step.lengths, step.per_token_kl)
         metrics = _trl.metric_store(self, mode)
-        shares = masked_shares(self, mask, off_policy_mask, entropy_mask, log_s, response_adv, self._global_mean)
-        for name, value in shares.items():
+        for name, value in masked_shares(self, mask, off_policy_mask, entropy_mask, step, self._global_mean).items():
             metrics[name].append(value)
         if mode == "train":
-            one_token = None
-            if self.response_stats is not None:  # O(B T) on detached values, only while a callback consumes them
-                log_ratio = per_token_logps.detach() - old_per_token_logps
-                if self.args.token_log_ratio_clip is not None:  # judged on what the loss averaged
-                    log_ratio = clamp_token_log_ratios(log_ratio, response_adv, self.args.token_log_ratio_clip)[0]
-                one_token = one_token_clip_drivers(log_ratio, mask, low, high, eps_low, eps_high)
-            self._record_responses(log_s, lengths, response_adv, low, high, one_token)
+            self._record_responses(step.log_s, step.lengths, step.response_adv, step.low, step.high, step.one_token)
         return loss
 
     def _global_mean(self, values: torch.Tensor, weights: torch.Tensor) -> float:
@@ -320,16 +289,6 @@ class GSPOTrainer(GRPOTrainer):
         local = torch.stack([(values * weights).sum(), weights.sum()]).float()
         total = self.accelerator.reduce(local, reduction="sum")
         return (total[0] / total[1].clamp(min=1.0)).item()
-
-    def _per_token_kl(self, inputs, per_token_logps, old_per_token_logps, mask) -> torch.Tensor:
-        """TRL's k3 estimator of KL(pi_theta || pi_ref); with `use_bias_correction_kl`, times the sequence ratio with
-        its gradient (TRL's `coef_1`), so the gradient equals TRL's in every setting."""
-        ref = inputs["ref_per_token_logps"]
-        per_token_kl = torch.exp(ref - per_token_logps) - (ref - per_token_logps) - 1
-        if self.args.use_bias_correction_kl:
-            log_s = sequence_log_ratio(per_token_logps, old_per_token_logps, mask)
-            per_token_kl = per_token_kl * torch.exp(log_s.clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)).unsqueeze(-1)
-        return per_token_kl
 
     def _record_responses(self, log_s, lengths, response_adv, low, high, one_token=None) -> None:
         minibatch = _trl.minibatch_index(self)

@@ -6,12 +6,13 @@ so that GSPO-token, the log-ratio clamp and the clip-range calibration stay on w
 - `top_entropy_quantile`: masks the policy term of all but the highest-entropy tokens; `gspo/top_entropy/masked_frac`
   is the share of completion tokens it masks. With one ratio per response, TRL's mask weights each response by its
   share of high-entropy tokens (the ratio is the response's, so its gradient still reaches every token), and so does
-  `response_share` here; for per-token advantages too.
+  `gspo_recipes.loss.batch.response_share`; for per-token advantages too.
 - `delta` (INTELLECT-2): caps the unclipped ratio (in `gspo_token_objective`); `gspo/delta/masked_frac` is the share of
   responses whose gradient the cap removes (s_i > delta with A < 0).
 - The entropy bonus (`entropy_coef`, `use_adaptive_entropy`): TRL's term and controller, unchanged.
 
-TRL logs none of the three shares. Masks and bonus call TRL's own `get_high_entropy_mask` and `get_off_policy_mask`.
+TRL logs none of the three shares. Masks and bonus call TRL's own `get_high_entropy_mask` and `get_off_policy_mask`;
+they read the trainer's state, so they live in the trainer layer, and the masks go into `gspo_batch_loss` as tensors.
 """
 
 from __future__ import annotations
@@ -41,14 +42,8 @@ def policy_masks(trainer, inputs, per_token_logps, old_per_token_logps, entropie
     return off_policy_mask, entropy_mask
 
 
-def response_share(token_mask: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """(B, 1): each response's share of its completion tokens that `token_mask` keeps."""
-    mask = mask.to(torch.float32)
-    return ((token_mask * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).unsqueeze(-1)
-
-
-def masked_shares(trainer, mask, off_policy_mask, entropy_mask, log_s, response_adv, global_mean) -> dict[str, float]:
-    """The share each option masks, over all processes (module docstring)."""
+def masked_shares(trainer, mask, off_policy_mask, entropy_mask, step, global_mean) -> dict[str, float]:
+    """The share each option masks, over all processes (module docstring); `step` is the micro-batch's `BatchLoss`."""
     shares = {}
     has_tokens = (mask.sum(-1) > 0).float()
     if off_policy_mask is not None:
@@ -57,7 +52,9 @@ def masked_shares(trainer, mask, off_policy_mask, entropy_mask, log_s, response_
     if entropy_mask is not None:
         shares["gspo/top_entropy/masked_frac"] = global_mean(1.0 - entropy_mask.float(), mask.float())
     if trainer.args.delta is not None:
-        capped = (torch.exp(log_s.clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)) > trainer.args.delta) & (response_adv < 0)
+        capped = (torch.exp(step.log_s.clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)) > trainer.args.delta) & (
+            step.response_adv < 0
+        )
         shares["gspo/delta/masked_frac"] = global_mean(capped.float(), has_tokens)
     return shares
 
