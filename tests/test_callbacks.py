@@ -306,6 +306,7 @@ def test_other_callbacks_add_sections_to_the_diagnostics_line(tmp_path, tiny, pr
     assert [line["extra"]["at"] for line in lines] == [1, 2, 3]
 
 
+@pytest.mark.slow
 def test_two_processes_log_what_one_process_computes_over_the_same_responses(tmp_path):
     out = tmp_path / "metrics.json"
     launch_two_cpu_processes("two_process_stats.py", str(out), cwd=tmp_path, timeout=300)
@@ -410,6 +411,7 @@ def test_health_judges_nothing_while_calibrating_nor_across_a_change_of_the_rang
     assert caplog.text.count("rollouts are wasted") == 1
 
 
+@pytest.mark.slow
 def test_two_processes_show_every_warning_once_from_the_main_process_with_gathered_figures(tmp_path):
     """Two runs built to fire the config's, the sampler's, the mismatch monitor's, the calibration's and the health
     callback's warnings (tests/scripts/two_process_warnings.py): each shows once, from rank 0, with the figures the

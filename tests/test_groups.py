@@ -214,6 +214,7 @@ def test_refill_stream_resumed_equals_uninterrupted(tmp_path, tiny):
     assert restored.dynamic_sampler.refill.position == trainer.dynamic_sampler.refill.position > 0
 
 
+@pytest.mark.slow
 def test_two_processes_keep_equal_group_counts_and_finish(tmp_path):
     import json
 

@@ -208,6 +208,7 @@ def test_other_features(tmp_path, feature):
     assert sorted(heldout_logs(trainer)) == [1, 2] and trainer.model.training
 
 
+@pytest.mark.slow
 def test_two_processes_give_the_figures_of_one(tmp_path):
     launch_two_cpu_processes("two_process_heldout.py", str(tmp_path / "two"), cwd=tmp_path)
     from gspo_recipes.builtin.tiny import build_tiny_model_and_tokenizer

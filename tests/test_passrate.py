@@ -77,6 +77,7 @@ def test_refusals_name_the_fix(tmp_path, capsys):
         gspo(["passrate", *ARGS, "--num_generations", "2", "--output_dir", str(tmp_path / "b")])
 
 
+@pytest.mark.slow
 def test_two_processes_score_one_shard_each(tmp_path):
     out = tmp_path / "run"
     launch_two_cpu_processes("two_process_passrate.py", *ARGS, "--output_dir", str(out), cwd=tmp_path)

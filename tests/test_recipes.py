@@ -218,6 +218,7 @@ def test_bad_yaml_key_names_the_field(tmp_path):
     assert "learning_rat" in result.stderr and "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_gsm8k_on_two_cpu_processes(tmp_path, coldstart_cache):
     out = tmp_path / "out"
     launcher = [

@@ -367,6 +367,7 @@ def test_models_that_rescale_logits_are_refused(tmp_path, prompt_dataset):
         make_trainer(tmp_path, prompt_dataset, (model, tokenizer), keep_sampling_mask=True, top_p=0.8)
 
 
+@pytest.mark.slow
 def test_two_processes_keep_each_rows_sets(tmp_path):
     """Two processes over gloo, sampler mode at top_p 0.8: the on-policy comparison (gathered from both) is exact."""
     import json
