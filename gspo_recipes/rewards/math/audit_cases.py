@@ -12,7 +12,9 @@ from decimal import Decimal, localcontext
 from fractions import Fraction
 from typing import Any
 
-from .contract import boxed_contents, plain_number, squash
+from .answer import plain_number
+from .contract import boxed_contents
+from .echo import squash
 
 EQUIVALENT = "equivalent"  # the family of the answers that must pay
 
