@@ -89,13 +89,21 @@ def read_commitments(text: str, gold: str = "") -> Commitments | None:
     boxes = outer_boxes(section)
     gold_words = {word.lower() for word in re.findall(r"[A-Za-z]+", gold)}
     inside_box = _membership(boxes)
-    values = []
+    values, seen = [], {}  # a repetition loop writes the same marker and expression again: read each once
     markers = [m for m in _MARKER.finditer(section) if not inside_box(m.start())]
+    line_start, previous = 0, 0
     for index, marker in enumerate(markers):
         stop = markers[index + 1].start() if index + 1 < len(markers) else len(section)
-        value = _marker_value(section, marker, min(stop, marker.end() + MAX_EXPRESSION_CHARS), gold_words)
-        if value is not None:
-            values.append(value)
+        stop = min(stop, marker.end() + MAX_EXPRESSION_CHARS)
+        line_start = max(line_start, section.rfind("\n", previous, marker.start()) + 1)
+        previous = marker.start()
+        head = section[line_start : marker.start()]
+        at_line_start = len(head) <= 16 and not head.strip(" \t#*_>")  # "## Answer", "**Final Answer**"
+        key = (at_line_start, section[marker.start() : stop])
+        if key not in seen:
+            seen[key] = _marker_value(section, marker, stop, gold_words, at_line_start)
+        if seen[key] is not None:
+            values.append(seen[key])
     if boxes:
         answer, others = section[boxes[-1][0] : boxes[-1][1]], [section[s:e] for s, e in boxes[:-1]]
     elif values:
@@ -144,13 +152,13 @@ def _membership(spans: list[tuple[int, int]]):
     return inside
 
 
-def _marker_value(section: str, marker: re.Match, stop: int, gold_words: set) -> str | None:
+def _marker_value(section: str, marker: re.Match, stop: int, gold_words: set, at_line_start: bool) -> str | None:
     """The expression that directly follows `marker`, as written; None when none does (prose, a negation, a box:
     a marker that introduces a box is the box's own commitment)."""
     start = marker.end()
     if not marker.group().startswith("####") and not marker.group().endswith((":", "：")):
         heading = _HEADING_TAIL.match(section, start)
-        if heading and heading.end() > start and _is_line_start(section, marker.start()):
+        if heading and heading.end() > start and at_line_start:
             start = heading.end()  # "## Answer\n10", "**Final Answer**\n\n20": the value is on the next line
             while start < stop and section[start] in " \t\n":
                 start += 1
@@ -162,11 +170,6 @@ def _marker_value(section: str, marker: re.Match, stop: int, gold_words: set) ->
     if _NEGATION.match(section, start):
         return None
     return _expression(section, start, stop, gold_words)
-
-
-def _is_line_start(text: str, position: int) -> bool:
-    line_start = text.rfind("\n", 0, position) + 1
-    return not text[line_start:position].strip(" \t#*_>")
 
 
 def _expression(text: str, start: int, stop: int, gold_words: set) -> str | None:
