@@ -71,7 +71,7 @@ _HUGE = re.compile(r"\^\s*\{[^{}]*\^|\^\s*\{?\s*\d{4,}|\d{4,}\s*!|\\uparrow|!\s*
 def answer_form(answer: str, gold: str, problem: str | None = None) -> str | None:
     """The answer as the graders should compare it, or None when what it says is more than one value, or other
     than one (see the module docstring). `variable = value` becomes the value."""
-    answer = strip_delimiters(answer)
+    answer = mixed_numbers(strip_delimiters(answer))
     one_value = count_commas(join_thousands(gold)) == 0 and not _RELATION.search(gold)  # an inequality is a range
     answer = join_thousands(answer, commas=one_value)
     if not answer or len(answer) > MAX_ANSWER_CHARS or _is_ragged_matrix(answer):
@@ -140,6 +140,19 @@ def text_words(text: str) -> list[str]:
     for match in _TEXT_GROUP.finditer(text):
         words += [word.lower() for word in _WORD.findall(match.group()[match.group().index("{") :])]
     return words
+
+
+_MIXED = re.compile(r"(?<![\d.}^_])(\d+)\s*\\[dt]?frac\s*\{\s*(\d+)\s*\}\s*\{\s*(\d+)\s*\}")
+
+
+def mixed_numbers(text: str) -> str:
+    """`4\\frac{2}{3}` is the mixed number 4 2/3 (as MATH writes it), not 4 times 2/3: written `\\frac{14}{3}`."""
+
+    def improper(match: re.Match) -> str:
+        whole, numerator, denominator = (int(group) for group in match.groups())
+        return f"\\frac{{{whole * denominator + numerator}}}{{{denominator}}}" if denominator else match.group()
+
+    return _MIXED.sub(improper, text) if len(text) <= MAX_ANSWER_CHARS else text
 
 
 def too_costly(text: str) -> bool:

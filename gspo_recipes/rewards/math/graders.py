@@ -20,7 +20,7 @@ from fractions import Fraction
 from typing import Any
 
 from ..text import column, completion_text
-from .answer import answer_form, has_decimal, plain_number
+from .answer import answer_form, has_decimal, mixed_numbers, plain_number
 from .contract import boxed_contents, read_commitments
 from .echo import is_echo, squash
 from .lenient import _format_number, _gsm8k_gold, _math_gold, lenient_gsm8k_accuracy, lenient_math_accuracy
@@ -199,7 +199,7 @@ def _math_request(gold: tuple[str, bool], answer: str, problem: str | None) -> f
         rule = RELATIVE
     else:
         rule = EXACT if has_decimal(answer) else NO_NUMERIC_RULE
-    return (gold_text, bare, answer, rule)
+    return (mixed_numbers(gold_answer), True, answer, rule)  # the gold read as the answer is: 4\frac{2}{3} is 14/3
 
 
 def _gsm8k_request(gold: tuple[str, bool], answer: str, problem: str | None) -> float | tuple:
