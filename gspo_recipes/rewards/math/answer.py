@@ -65,13 +65,17 @@ _SPACING = r"(?:\s|~|\\[,;:! ]|\\quad|\\qquad|\\enspace|\\thinspace)"
 _THOUSANDS = re.compile(rf"(?<![\d.])\d{{1,3}}(?:(?:{_SPACING}+|\{{,\}}|,)\d{{3}})+(?!\d)")
 _GLUED = re.compile(rf"\d(?:{_SPACING}|\\[$%]|\\text\s*\{{[^{{}}]*\}}|\\mathrm\s*\{{[^{{}}]*\}})+[-−]?\.?\d")
 _QUALIFYING_TILDE = re.compile(r"(?:^|[^\d\s])\s*~\s*[-−]?\.?\d|^\s*~")
+_BARE_NUMBER = re.compile(rf"-?\d{{1,{MAX_DIGITS}}}(?:\.\d{{1,{MAX_DIGITS}}})?")
 _HUGE = re.compile(r"\^\s*\{[^{}]*\^|\^\s*\{?\s*\d{4,}|\d{4,}\s*!|\\uparrow|!\s*!|\^\s*\{?\s*\(?\s*\d+\s*!")
 
 
 def answer_form(answer: str, gold: str, problem: str | None = None) -> str | None:
     """The answer as the graders should compare it, or None when what it says is more than one value, or other
     than one (see the module docstring). `variable = value` becomes the value."""
-    answer = mixed_numbers(strip_delimiters(answer))
+    answer = strip_delimiters(answer)
+    if _BARE_NUMBER.fullmatch(answer):
+        return answer  # the common case, and nothing below could refuse it
+    answer = mixed_numbers(answer)
     one_value = count_commas(join_thousands(gold)) == 0 and not _RELATION.search(gold)  # an inequality is a range
     answer = join_thousands(answer, commas=one_value)
     if not answer or len(answer) > MAX_ANSWER_CHARS or _is_ragged_matrix(answer):
@@ -208,6 +212,8 @@ def plain_number(text: str, gold: str = "", problem: str | None = None) -> Fract
     a multiplier ("thousand") and droppable words around it ("18", "-3", "2.5", "3/4", "\\$18", "18\\%",
     "\\text{18 dollars}", "90^\\circ", "18 \\text{ thousand}", "eighteen"); None for anything else (a letter
     glued to it, a word that changes it, two numbers, operators). Expects thousands already joined."""
+    if _BARE_NUMBER.fullmatch(text):
+        return Fraction(text) if "." in text else Fraction(int(text))
     if not words_allowed(text, gold, problem):
         return None
     gold_words = {word.lower() for word in _WORD.findall(gold)}

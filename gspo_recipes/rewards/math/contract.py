@@ -74,7 +74,8 @@ class Commitments:
 def final_section(text: str) -> str | None:
     """The text after the last `</think>` outside code spans (code spans blanked out, so that nothing inside them
     commits); all of it when there is no think block; None when a `<think>` never closes."""
-    text = _CODE.sub(lambda match: " " * len(match.group()), text)
+    if "`" in text:
+        text = _CODE.sub(lambda match: " " * len(match.group()), text)
     if "</think>" in text:
         return text.rsplit("</think>", 1)[1]
     return None if "<think>" in text else text

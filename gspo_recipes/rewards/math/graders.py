@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import re
 from fractions import Fraction
+from functools import lru_cache
 from typing import Any
 
 from ..text import column, completion_text
@@ -91,13 +92,20 @@ def gsm8k_accuracy(
     if not contract:
         return lenient_gsm8k_accuracy(completions, answer, timeout_s=timeout_s)
     n = len(completions)
-    gold_numbers = [_gsm8k_gold(gold) for gold in column(answer, n)]
+    gold_numbers = [
+        _gsm8k_gold_cached(gold) if isinstance(gold, str) else _gsm8k_gold(gold) for gold in column(answer, n)
+    ]
     golds = [None if value is None else (_format_number(value), True) for value in gold_numbers]
     problems = problem_texts(prompts, kwargs, n)
     judged = []
     for completion, gold, problem in zip(completions, golds, problems):
         judged.append(None if gold is None else _committed_answers(completion_text(completion), gold[0], problem))
     return _score(judged, golds, problems, timeout_s, _gsm8k_request)
+
+
+@lru_cache(maxsize=4096)
+def _gsm8k_gold_cached(text: str) -> Fraction | None:
+    return _gsm8k_gold(text)
 
 
 def math_accuracy_lenient(completions: list, **kwargs: Any) -> list[float | None]:
@@ -205,10 +213,15 @@ def _math_request(gold: tuple[str, bool], answer: str, problem: str | None) -> f
 def _gsm8k_request(gold: tuple[str, bool], answer: str, problem: str | None) -> float | tuple:
     value = plain_number(answer, gold[0], problem)
     if value is not None:
-        return float(value == Fraction(gold[0]))
+        return float(value == _fraction(gold[0]))
     if not re.search(r"\\|\d", answer):
         return 0.0  # no number and no LaTeX: nothing to compare with a number
     return (gold[0], True, answer, EXACT if has_decimal(answer) else NO_NUMERIC_RULE)
+
+
+@lru_cache(maxsize=4096)
+def _fraction(text: str) -> Fraction:
+    return Fraction(text)  # a GRPO batch holds each gold once per generation
 
 
 def _numbers_equal(gold: Fraction, value: Fraction, relative: bool) -> bool:
