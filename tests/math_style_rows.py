@@ -140,8 +140,8 @@ GSM8K_ROWS = [
     (
         "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. How many clips "
         "did Natalia sell altogether in April and May?",
-        "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\nNatalia sold 48+24 = <<48+24=72>>72 clips altogether in April "
-        "and May.\n#### 72",
+        "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\nNatalia sold 48+24 = <<48+24=72>>72 clips altogether in "
+        "April and May.\n#### 72",
     ),
     (
         "Weng earns $12 an hour for babysitting. Yesterday, she just did 50 minutes of babysitting. How much did she "
@@ -166,8 +166,8 @@ GSM8K_ROWS = [
         "How much profit did he make?",
         "The cost of the house and repairs came out to 80,000+50,000=$<<80000+50000=130000>>130,000\nHe increased the "
         "value of the house by 80,000*1.5=<<80000*1.5=120000>>120,000\nSo the new value of the house is "
-        "120,000+80,000=$<<120000+80000=200000>>200,000\nSo he made a profit of 200,000-130,000=$<<200000-130000=70000>>"
-        "70,000\n#### 70000",
+        "120,000+80,000=$<<120000+80000=200000>>200,000\nSo he made a profit of "
+        "200,000-130,000=$<<200000-130000=70000>>70,000\n#### 70000",
     ),
     (
         "James decides to run 3 sprints 3 times a week. He runs 60 meters each sprint. How many total meters does he "

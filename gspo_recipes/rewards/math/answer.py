@@ -65,6 +65,7 @@ _SPACING = r"(?:\s|~|\\[,;:! ]|\\quad|\\qquad|\\enspace|\\thinspace)"
 _THOUSANDS = re.compile(rf"(?<![\d.])\d{{1,3}}(?:(?:{_SPACING}+|\{{,\}}|,)\d{{3}})+(?!\d)")
 _GLUED = re.compile(rf"\d(?:{_SPACING}|\\[$%]|\\text\s*\{{[^{{}}]*\}}|\\mathrm\s*\{{[^{{}}]*\}})+[-−]?\.?\d")
 _QUALIFYING_TILDE = re.compile(r"(?:^|[^\d\s])\s*~\s*[-−]?\.?\d|^\s*~")
+_BASE = re.compile(r"\d\s*_\s*\{?\s*(\w+)")
 _BARE_NUMBER = re.compile(rf"-?\d{{1,{MAX_DIGITS}}}(?:\.\d{{1,{MAX_DIGITS}}})?")
 _HUGE = re.compile(r"\^\s*\{[^{}]*\^|\^\s*\{?\s*\d{4,}|\d{4,}\s*!|\\uparrow|!\s*!|\^\s*\{?\s*\(?\s*\d+\s*!")
 
@@ -73,7 +74,7 @@ def answer_form(answer: str, gold: str, problem: str | None = None) -> str | Non
     """The answer as the graders should compare it, or None when what it says is more than one value, or other
     than one (see the module docstring). `variable = value` becomes the value."""
     answer = strip_delimiters(answer)
-    if _BARE_NUMBER.fullmatch(answer):
+    if _BARE_NUMBER.fullmatch(answer) and "_" not in gold:
         return answer  # the common case, and nothing below could refuse it
     answer = mixed_numbers(answer)
     one_value = count_commas(join_thousands(gold)) == 0 and not _RELATION.search(gold)  # an inequality is a range
@@ -96,8 +97,9 @@ def answer_form(answer: str, gold: str, problem: str | None = None) -> str | Non
             return None
     if one_value and count_commas(answer) or ";" in answer and ";" not in gold:
         return None
-    if "_" in answer and "_" not in gold:  # a subscript is part of the value: 18_{16} is not 18
-        return None
+    if "_" in answer and "_" not in gold or _BASE.findall(answer) != _BASE.findall(gold):
+        return None  # a subscript is part of the value: 18_{16} is not 18, and 1000 is not 1000_2
+
     if _GLUED.search(answer) and not _GLUED.search(gold):
         return None
     if not words_allowed(answer, gold, problem):
