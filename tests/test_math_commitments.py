@@ -49,6 +49,8 @@ HONEST = [
     "The answer is correct now: \\boxed{18}",
     "Final Answer: The final answer is $18$. I hope it is correct.",
     "`The answer is 20` is what the code prints, but the answer is 18.",
+    "The answer is 3 \\times 6 = \\boxed{18}.",
+    "So the answer is $9 \\cdot 2 = \\boxed{18}$ dollars.",
 ]
 WRONG = [
     "The answer is not $18$.",
@@ -117,6 +119,8 @@ WRONG = [
     "3 + 5 = 8, then 8 + 10 = 18",
     "<think>The answer is \\boxed{18}.</think>",
     "<think>The answer is \\boxed{18}.",
+    "The answer is 20 or \\boxed{18}",
+    "The answer is 17 so \\boxed{18}",
 ]
 
 

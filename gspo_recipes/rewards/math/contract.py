@@ -38,7 +38,7 @@ MAX_COMMITMENTS = 8  # distinct other commitments compared at most; more than th
 _CODE = re.compile(r"```[^`]*(?:```|$)|`[^`\n]*`")
 _BOX_OR_BRACE = re.compile(r"\\[{}]|\\(?:boxed|fbox)\s*\{|[{}]")
 _MARKER = re.compile(
-    r"####|(?<![A-Za-z\\])(?:final[ \t]+)?(?:answers?|ans)(?![A-Za-z])|^[ \t]*A[ \t]*[:：]",
+    r"####|(?<![A-Za-z\\])ans(?:wers?)?(?![A-Za-z])|^[ \t]*A[ \t]*[:：]",  # "final answer" is "answer" too
     re.IGNORECASE | re.MULTILINE,
 )
 # What joins "answer" to its expression: "is", "'s", ":", "=", "-", "—", "->", through markdown and `}` of `\text{}`.
@@ -58,6 +58,7 @@ _TOKEN = re.compile(
     r"|(?P<other>.)",
     re.DOTALL,
 )
+_HAS_BOX = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _ARTICLES = {"a", "an", "the"}
 _JOINING = {"or", "nor", "ish"}  # always part of the answer after a value: an alternative, a qualifier
 
@@ -99,7 +100,7 @@ def read_commitments(text: str, gold: str = "") -> Commitments | None:
         line_start = max(line_start, section.rfind("\n", previous, marker.start()) + 1)
         previous = marker.start()
         head = section[line_start : marker.start()]
-        at_line_start = len(head) <= 16 and not head.strip(" \t#*_>")  # "## Answer", "**Final Answer**"
+        at_line_start = len(head) <= 24 and head.strip(" \t#*_>").lower() in ("", "final")  # "**Final Answer**"
         key = (at_line_start, section[marker.start() : stop])
         if key not in seen:
             seen[key] = _marker_value(section, marker, stop, gold_words, at_line_start)
@@ -183,11 +184,13 @@ def _expression(text: str, start: int, stop: int, gold_words: set) -> str | None
         following = next((t for t in tokens[position + 1 :] if t[0] != "space"), None)
         if kind == "stop":
             break
+        if kind == "box" or kind == "math" and _HAS_BOX.search(token):
+            if alternative:
+                break  # "The answer is 20 or \\boxed{18}": the box is offered as an alternative
+            return None  # "The answer is $3 \\times 6 = \\boxed{18}$": the marker introduces the box, its commitment
         if begin is None:  # what may start an expression
             if kind == "space" or token in "*_":
                 continue
-            if kind == "box" or kind == "math" and re.search(r"\\(?:boxed|fbox)\s*\{", token):
-                return None
             if kind == "word" and not _starts_value(token, tokens[position + 1 :], gold_words):
                 return None
             begin = token_start
@@ -198,8 +201,6 @@ def _expression(text: str, start: int, stop: int, gold_words: set) -> str | None
                     or lower in gold_words):  # fmt: skip
                 break
             alternative = lower in ("or", "nor")
-        elif kind == "box":
-            break
         if kind != "space":
             end = token_end
     return None if begin is None or end is None else text[begin:end]
