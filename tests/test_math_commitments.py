@@ -207,6 +207,9 @@ def test_math_golds_are_read_as_the_answers_are():
         by_gold.setdefault(gold, []).append((completion, pay))
     problem = "Compute it."
     failures = {gold: _mismatches("math", cases, gold, problem) for gold, cases in by_gold.items()}
+    # A unit the problem names is dropped, but never one that changes the value: radians are not degrees.
+    failures["radians"] = _mismatches("math", [("\\boxed{90 \\text{ radians}}", 0.0)], "90^\\circ",
+                                      "Convert $\\frac{\\pi}{2}$ radians to degrees.")  # fmt: skip
     assert {gold: cases for gold, cases in failures.items() if cases} == {}
 
 

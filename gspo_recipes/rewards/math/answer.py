@@ -46,7 +46,7 @@ VALUE_WORDS = frozenset(
     """or and nor not no never none neither either but half halves third thirds quarter quarters fourth double
     twice triple thrice negative minus plus times over under less more fewer least most about around nearly
     almost roughly approximately approx circa close near up to than ish so maybe perhaps possibly probably likely
-    per of squared cubed root roots between except without inverse reciprocal""".split()
+    per of squared cubed root roots between except without inverse reciprocal radian radians rad""".split()
 )
 
 _TEXT_COMMAND = re.compile(r"\\(?:text|textbf|textit|textrm|textnormal|mathrm|mathbf|mathit|mbox|operatorname)\s*\{")

@@ -99,8 +99,8 @@ def read_commitments(text: str, gold: str = "") -> Commitments | None:
         stop = min(stop, marker.end() + MAX_EXPRESSION_CHARS)
         line_start = max(line_start, section.rfind("\n", previous, marker.start()) + 1)
         previous = marker.start()
-        head = section[line_start : marker.start()]
-        at_line_start = len(head) <= 24 and head.strip(" \t#*_>").lower() in ("", "final")  # "**Final Answer**"
+        head = section[line_start : marker.start()] if marker.start() - line_start <= 24 else "-"  # a bounded look
+        at_line_start = head.strip(" \t#*_>").lower() in ("", "final")  # "## Answer", "**Final Answer**"
         key = (at_line_start, section[marker.start() : stop])
         if key not in seen:
             seen[key] = _marker_value(section, marker, stop, gold_words, at_line_start)
