@@ -184,3 +184,19 @@ def test_code_execution_passes_the_shipped_code_suite_and_a_naive_judge_does_not
     monkeypatch.syspath_prepend(str(tmp_path))
     code, out = audit(capsys, "naive_judge:exit_code_judge", "--data", "builtin:mbpp-generated", "--max-rows", "3")
     assert code == 1 and shares(out)["exit_trick"][0] == "100.0%", out
+
+
+@pytest.mark.slow  # every case of two rows, many through math-verify: seconds, not milliseconds
+def test_audit_on_rows_shaped_like_math_500_passes_the_contract_grader(capsys, tmp_path):
+    # MATH-500 itself cannot be downloaded here: rows written in its style (worked solutions, every answer form).
+    from math_style_rows import MATH_ROWS
+
+    picked = [MATH_ROWS[i] for i in (1, 7)]  # an exact fraction; x=5, whose audit credited a chained relation
+    path = tmp_path / "math500_style.jsonl"
+    path.write_text("".join(json.dumps({"problem": p, "solution": s}) + "\n" for p, s, _ in picked))
+    code, out = audit(capsys, "math_accuracy", "--data", str(path))
+    assert code == 0, out
+    table = shares(out)
+    for family in ("second_commitment", "negation", "alternative", "hedge", "several_answers"):
+        assert table[family][0] == "0.0%", (family, out)
+    assert table["explained (must pay)"][1] == "0.0%"

@@ -68,7 +68,6 @@ FAMILIES = {
     ],
     # 2. One committed answer: several that disagree, hedges, retractions and alternatives pay nothing.
     "several_answers": [
-        *both("\\boxed{18}. Hmm, or maybe 20.", 0.0),
         *both("\\boxed{18} or \\boxed{20}", 0.0),
         *both("\\boxed{20} so finally \\boxed{18}", 0.0),
         *both("\\boxed{18} \\boxed{20}", 0.0),
@@ -80,20 +79,9 @@ FAMILIES = {
         *both("The answer is 18 or 20", 0.0),
         *both("The answer is 18 or 20.", 0.0),
         *both("\\boxed{18 \\text{ or } 20}", 0.0),
-        *both("\\boxed{18}. Wait, actually it is 20.", 0.0),
-        *both("\\boxed{18}? Not sure.", 0.0),
         *both("The answer is probably 18.", 0.0),
         *both("The answer is approximately 18.", 0.0),
-        *both("\\boxed{18}. Actually, no.", 0.0),
-        *both("\\boxed{18}. Alternatively it could be 20.", 0.0),
-        *both("I think the answer is 18.", 0.0),
-        *both("Maybe \\boxed{18}", 0.0),
-        *both("Probably, the final answer is: 18", 0.0),
         *both("It could be 17 at first sight. The answer is \\boxed{18}.", 1.0),
-        *both("The answer is unclear. \\boxed{18}", 0.0),
-        *both("\\boxed{18}. Correction: 20.", 0.0),
-        *both("\\boxed{18}. Oops, typo, I meant 20.", 0.0),
-        *both("\\boxed{18}. On second thought, 20.", 0.0),
         *both("\\boxed{18 \\text{ (or 20)}}", 0.0),
         *both("\\boxed{18 \\quad 20}", 0.0),
         *both("\\boxed{[17, 19]}", 0.0),
@@ -114,6 +102,21 @@ FAMILIES = {
         *both("The answer is 18. (I checked it 2 times.)", 1.0),
         mth("\\boxed{18 \\text{ or } 20}", 1.0, gold="18 \\text{ or } 20"),
         mth("\\boxed{\\pm 3}", 1.0, gold="\\pm 3"),
+    ],
+    # 2b. Prose outside the committed answer never changes the verdict: only another commitment that disagrees does.
+    "prose_outside": [
+        *both("\\boxed{18}. Hmm, or maybe 20.", 1.0),
+        *both("\\boxed{18}. Wait, actually it is 20.", 1.0),
+        *both("\\boxed{18}? Not sure.", 1.0),
+        *both("\\boxed{18}. Actually, no.", 1.0),
+        *both("\\boxed{18}. Alternatively it could be 20.", 1.0),
+        *both("I think the answer is 18.", 1.0),
+        *both("Maybe \\boxed{18}", 1.0),
+        *both("Probably, the final answer is: 18", 1.0),
+        *both("The answer is unclear. \\boxed{18}", 1.0),
+        *both("\\boxed{18}. Correction: 20.", 1.0),
+        *both("\\boxed{18}. Oops, typo, I meant 20.", 1.0),
+        *both("\\boxed{18}. On second thought, 20.", 1.0),
     ],
     # 3. A copy of the problem statement is not the task done.
     "echoes": [
@@ -272,7 +275,7 @@ def test_an_unparseable_gold_is_still_none_and_nothing_else_is():
     [("math_accuracy", "math_accuracy_lenient", "9"), ("gsm8k_accuracy", "gsm8k_accuracy_lenient", "#### 9")],
 )
 def test_the_lenient_switch_keeps_math_verifys_reading(name, lenient_name, gold):
-    wrong = ["\\boxed{8 = 9}", "\\boxed{9}. Hmm, or maybe 10.", "1 2 3 4 5 6 7 8 9"]
+    wrong = ["\\boxed{8 = 9}", "\\boxed{9 \\text{ (10 with tax)}}", "1 2 3 4 5 6 7 8 9"]
     strict, lenient = get_reward(name), get_reward(lenient_name)
     assert strict(wrong, answer=[gold] * 3) == [0.0, 0.0, 0.0]
     assert lenient(wrong, answer=[gold] * 3) == [1.0, 1.0, 1.0]

@@ -4,9 +4,9 @@ Both follow the final-answer contract (`contract.py`); `contract=False` or the `
 own, lenient reading (`lenient.py`). math-verify runs in deadline-pool workers (`verifier.py`).
 """
 
-from .contract import RELATIVE_TOLERANCE, boxed_contents
+from .contract import boxed_contents
 from .graders import gsm8k_accuracy, gsm8k_accuracy_lenient, math_accuracy, math_accuracy_lenient
-from .verifier import verify_answer, verify_final_answer
+from .verifier import RELATIVE_TOLERANCE, verify_answer, verify_final_answer
 
 __all__ = [
     "RELATIVE_TOLERANCE",

@@ -12,9 +12,12 @@ from decimal import Decimal, localcontext
 from fractions import Fraction
 from typing import Any
 
-from .contract import boxed_contents, plain_number, squash
+from .answer import plain_number
+from .contract import boxed_contents
+from .echo import squash
 
-EQUIVALENT = "equivalent"  # the family of the answers that must pay
+EQUIVALENT = "equivalent"  # the answer written another honest way: must pay
+EXPLAINED = "explained"  # the answer explained or checked in prose outside it: must pay
 
 
 def gold_answer(row: dict[str, Any]) -> str | None:
@@ -38,35 +41,32 @@ def problem_text(row: dict[str, Any]) -> str:
 
 
 def math_audit_cases(row: dict[str, Any]) -> list[tuple[str, str, bool]]:
+    """The row's cases. Only cases whose verdict is certain are built: a wrong value is made only where it surely
+    differs from the gold (`_wrong_value`), a near miss only where it differs in value, an echo only where the
+    problem does not itself write the gold."""
     gold = gold_answer(row)
     if gold is None:
         return []
     value = plain_number(gold)
-    wrong = _format(value + 1) if value is not None else f"{gold} + 1"
+    wrong = _wrong_value(gold, value)
     cases = [
-        ("relation_wrong_rhs", f"The total is \\boxed{{{wrong} = {gold}}}.", False),
-        ("relation_wrong_rhs", f"\\boxed{{{wrong} \\Rightarrow {gold}}}", False),
-        ("relation_wrong_rhs", f"\\boxed{{{wrong} \\to {gold}}}", False),
-        ("relation_wrong_rhs", f"\\boxed{{{wrong} \\equiv {gold}}}", False),
-        ("relation_wrong_rhs", f"\\boxed{{{wrong} \\lor {gold}}}", False),
-        ("hedge", f"So the answer is \\boxed{{{gold}}}. Hmm, or maybe {wrong}.", False),
-        ("hedge", f"The answer is probably ${gold}$.", False),
-        ("hedge", f"\\boxed{{{gold}}}. Wait, actually it is {wrong}.", False),
-        ("several_answers", f"First \\boxed{{{wrong}}}, then \\boxed{{{gold}}}.", False),
-        ("several_answers", f"\\boxed{{{gold}}} or \\boxed{{{wrong}}}", False),
-        ("several_answers", f"Final answer: {wrong}, {gold}", False),
-        ("several_answers", f"The answer is ${gold}$ or ${wrong}$.", False),
-        ("several_answers", f"<think>The answer is \\boxed{{{gold}}}.</think>\nThe answer is ${wrong}$.", False),
         ("number_dump", " ".join(str(k) for k in range(1, 8)) + f" {gold}", False),
         ("number_dump", f"```python\nprint({gold})\n```", False),
         ("no_committed_answer", f"So we get ${gold}$ in the end.", False),
         ("no_committed_answer", f"<think>The answer is \\boxed{{{gold}}}.</think>", False),
         ("no_committed_answer", f"<think>The answer is \\boxed{{{gold}}}.", False),
+        ("negation", f"The answer is not ${gold}$.", False),
+        ("negation", f"The answer is never ${gold}$.", False),
         (EQUIVALENT, f"So the answer is $\\boxed{{{gold}}}$.", True),
         (EQUIVALENT, f"The final answer is ${gold}$.", True),
-        (EQUIVALENT, f"<think>Maybe it is {wrong}? No.</think>\nThe answer is \\boxed{{{gold}}}.", True),
         (EQUIVALENT, f"Final Answer: The final answer is ${gold}$. I hope it is correct.", True),
+        (EXPLAINED, f"The answer is ${gold}$, since that is what the computation above gives.", True),
+        (EXPLAINED, f"$\\boxed{{{gold}}}$. Does this make sense? Yes: each step checks out.", True),
+        (EXPLAINED, f"\\boxed{{{gold}}}. Let me verify: plugging it back in works, so it is not a mistake.", True),
+        (EXPLAINED, f"Answer: ${gold}$ (found by working through the cases)", True),
     ]
+    if wrong is not None:
+        cases += _wrong_value_cases(gold, wrong)
     if not re.search(r"[=<>]|\\[lg]eq?(?![a-zA-Z])", gold):
         cases.append((EQUIVALENT, f"\\boxed{{x = {gold}}}", True))
     cases += _echoes(gold, problem_text(row))
@@ -75,22 +75,80 @@ def math_audit_cases(row: dict[str, Any]) -> list[tuple[str, str, bool]]:
     return cases
 
 
+def _wrong_value(gold: str, value: Fraction | None) -> str | None:
+    """A value that surely differs from the gold: the gold plus one, for a number or a single expression; None for
+    a gold where "+ 1" is no certain change (a tuple, a set, an interval, a relation, a matrix, words)."""
+    if value is not None:
+        return _format(value + 1)
+    if re.search(r",|=|<|>|\\(?:infty|pm|mp|text|mathrm|begin|cup|cap|le|ge|in)(?![a-zA-Z])|\\\{|^\s*[\[(]", gold):
+        return None
+    return f"{gold} + 1"
+
+
+def _wrong_value_cases(gold: str, wrong: str) -> list[tuple[str, str, bool]]:
+    return [
+        ("relation_wrong_rhs", f"The total is \\boxed{{{wrong} = {gold}}}.", False),
+        ("relation_wrong_rhs", f"\\boxed{{{wrong} \\Rightarrow {gold}}}", False),
+        ("relation_wrong_rhs", f"\\boxed{{{wrong} \\to {gold}}}", False),
+        ("relation_wrong_rhs", f"\\boxed{{{wrong} \\equiv {gold}}}", False),
+        ("relation_wrong_rhs", f"\\boxed{{{wrong} ≡ {gold}}}", False),
+        ("relation_wrong_rhs", f"\\boxed{{{wrong} → {gold}}}", False),
+        ("relation_wrong_rhs", f"\\boxed{{{wrong} ⇒ {gold}}}", False),
+        ("relation_wrong_rhs", f"\\boxed{{x ≔ {gold}}}", False),
+        ("relation_wrong_rhs", f"\\boxed{{x ＝ {gold}}}", False),
+        ("alternative", f"\\boxed{{{wrong} \\lor {gold}}}", False),
+        ("alternative", f"\\boxed{{{wrong} ∨ {gold}}}", False),
+        ("alternative", f"\\boxed{{{gold} \\text{{ or }} {wrong}}}", False),
+        ("alternative", f"The answer is ${gold}$ or ${wrong}$.", False),
+        ("hedge", f"The answer is approximately ${gold}$.", False),
+        ("hedge", f"The answer is probably ${gold}$.", False),
+        ("hedge", f"\\boxed{{\\text{{at least }} {gold}}}", False),
+        ("hedge", f"\\boxed{{\\approx {gold}}}", False),
+        ("hedge", f"\\boxed{{≈ {gold}}}", False),
+        ("negation", f"\\boxed{{\\not {gold}}}", False),
+        ("negation", f"\\boxed{{\\neg {gold}}}", False),
+        ("several_answers", f"First \\boxed{{{wrong}}}, then \\boxed{{{gold}}}.", False),
+        ("several_answers", f"\\boxed{{{gold}}} or \\boxed{{{wrong}}}", False),
+        ("several_answers", f"<think>The answer is \\boxed{{{gold}}}.</think>\nThe answer is ${wrong}$.", False),
+        ("second_commitment", f"\\boxed{{{gold}}}\nAnswer = ${wrong}$", False),
+        ("second_commitment", f"\\boxed{{{gold}}}\nANS: ${wrong}$", False),
+        ("second_commitment", f"\\boxed{{{gold}}}\nAnswers: ${wrong}$", False),
+        ("second_commitment", f"\\boxed{{{gold}}}. So the answer's ${wrong}$.", False),
+        ("second_commitment", f"\\boxed{{{gold}}}\n\n**Final Answer**\n\n${wrong}$", False),
+        ("second_commitment", f"\\boxed{{{gold}}}\n## Answer\n${wrong}$", False),
+        ("second_commitment", f"\\boxed{{{gold}}}\n$$\\text{{Answer}} = {wrong}$$", False),
+        ("second_commitment", f"The answer is ${gold}$.\nThe answer is ${wrong}$.", False),
+        ("second_commitment", f"The answer is ${wrong}$, no wait: \\boxed{{{gold}}}", False),
+        (EXPLAINED, f"$\\boxed{{{gold}}}$, or about ${wrong}$ if one miscounts.", True),
+        (EXPLAINED, f"We first guessed ${wrong}$, which fails the check. The answer is $\\boxed{{{gold}}}$.", True),
+        (EXPLAINED, f"\\boxed{{{gold}}}. The answer is not ${wrong}$.", True),
+    ]
+
+
 def _numeric_cases(gold: str, value: Fraction) -> list[tuple[str, str, bool]]:
     shown = _format(value) if value.denominator == 1 else gold
-    cases = [
-        # Within math-verify's 6-decimal rounding, and a relative 1e-4 off: neither is the gold.
-        ("tolerance_near_miss", f"\\boxed{{{_decimal(value + Fraction(4, 10**7))}}}", False),
-        ("tolerance_near_miss", f"\\boxed{{{float(value * Fraction(10001, 10000) or 1e-6):.7g}}}", False),
+    near = [_decimal(value + Fraction(4, 10**7)), f"{float(value * Fraction(10001, 10000) or 1e-6):.7g}"]
+    if value.denominator != 1:
+        near.append(f"{float(value):.6f}")  # 6-decimal rounding: not the value unless it terminates there
+    cases = [("tolerance_near_miss", f"\\boxed{{{text}}}", False) for text in near if Fraction(text) != value]
+    cases += [
         ("glued_digits", f"The answer is {shown} - 2 = {_format(value - 2)}.", False),
         (EQUIVALENT, f"The answer is \\boxed{{\\text{{{shown} units}}}}.", True),
         (EQUIVALENT, f"\\boxed{{{shown}.}}", True),
     ]
-    if value != 0:
-        cases.append(("glued_digits", f"The answer is {shown}/5.", False))
+    if value != 0:  # 0 glued to anything is still 0: no certain wrong answer there
+        cases += [("glued_digits", f"The answer is {shown}/5.", False)]
+        cases += [("glued_value", f"\\boxed{{{shown}{glue}}}", False) for glue in ("i", "x", "\\pi", "e", "_{16}")]
+        cases += [
+            ("glued_value", f"\\boxed{{{shown} \\text{{ thousand}}}}", False),
+            ("glued_value", f"\\boxed{{\\text{{half of }} {shown}}}", False),
+            ("glued_value", f"\\boxed{{\\text{{negative }} {shown}}}", False),
+            ("glued_value", f"\\boxed{{{shown} \\text{{ (or {_format(value + 2)})}}}}", False),
+        ]
+        if value.denominator == 1:
+            cases.append(("glued_value", f"\\boxed{{\\${shown}\\text{{k}}}}", False))
     if abs(value) not in (0, 1):  # 1^2 is 1 and -1^2 is -1: no wrong answer there
         cases.append(("glued_digits", f"The answer is {shown}^2.", False))
-    if value.denominator != 1:  # an exact fraction: its 6-decimal rounding is not it
-        cases.append(("tolerance_near_miss", f"\\boxed{{{float(value):.6f}}}", False))
     digits = str(abs(value.numerator)) if value.denominator == 1 else ""
     if len(digits) >= 2:
         sign = "-" if value < 0 else ""
@@ -100,8 +158,8 @@ def _numeric_cases(gold: str, value: Fraction) -> list[tuple[str, str, bool]]:
             ("glued_digits", f"\\boxed{{{head}\\text{{ or }}{tail}}}", False),
             ("glued_digits", f"\\boxed{{{head} {tail}}}", False),
             ("glued_digits", f"\\boxed{{{head}\\${tail}}}", False),
+            ("glued_digits", f"\\boxed{{{head},{tail}}}", False),
         ]
-        cases.append(("glued_digits", f"\\boxed{{{head},{tail}}}", False))
     if value.denominator == 1 and abs(value) >= 1000:
         cases.append((EQUIVALENT, f"The answer is {int(value):,}.", True))
         cases.append((EQUIVALENT, f"\\boxed{{{int(value):,}}}".replace(",", "\\,"), True))
@@ -118,7 +176,10 @@ def _echoes(gold: str, problem: str) -> list[tuple[str, str, bool]]:
         span = next(group for group in match.groups() if group is not None).strip()
         if squash(span) != squash(gold) and not re.fullmatch(r"[-−]?[\d.]+|[A-Za-z]", squash(span)):
             spans.append(span)
-    return [("echo_of_problem", f"Therefore the answer is $\\boxed{{{span}}}$.", False) for span in spans[:3]]
+    cases = [("echo_of_problem", f"Therefore the answer is $\\boxed{{{span}}}$.", False) for span in spans[:3]]
+    # The same spans dressed up: what does not change an expression does not make a copy new.
+    cases += [("echo_of_problem", f"\\boxed{{\\left( {span} \\right)}}", False) for span in spans[:2]]
+    return cases
 
 
 def _decimal(value: Fraction) -> str:

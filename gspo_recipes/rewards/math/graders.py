@@ -1,12 +1,15 @@
 """Math rewards: `math_accuracy` for MATH-style golds, `gsm8k_accuracy` for GSM8K's `#### N` golds.
 
-Both pay only for a committed, correct final answer, under the final-answer contract (`contract.py`, and the README's
-"Final-answer contract"). Plain numbers are compared exactly in this process; anything else goes to math-verify in
-a worker of the deadline pool (`verifier.py`), once per distinct (gold, answer) in the batch. `contract=False`, or
+Both pay only for a committed, correct final answer: the one place `contract.py` reads (the last box, else the
+expression after the last commitment marker; another commitment that disagrees scores 0), read by `answer.py` (one
+value, nothing glued to it) and checked against the problem by `echo.py`. Plain numbers are compared exactly in
+this process; anything else goes to math-verify in a worker of the deadline pool (`verifier.py`), once per distinct
+(gold, answer) in the batch. `contract=False`, or
 the registry names `math_accuracy_lenient` / `gsm8k_accuracy_lenient`, keeps math-verify's own reading (`lenient.py`).
 
-Scores: 1.0 right, 0.0 wrong (or no committed answer, or a break of the contract), None only when the gold answer
-cannot be parsed (or the reward workers cannot start at all).
+Scores: 1.0 right, 0.0 wrong (or no committed answer, or a break of the contract, or an answer that overran its
+deadline or broke the verifier), None only when the gold answer cannot be parsed (or the reward workers cannot
+start at all): nothing a completion writes gives None.
 """
 
 from __future__ import annotations
@@ -14,26 +17,18 @@ from __future__ import annotations
 import os
 import re
 from fractions import Fraction
+from functools import lru_cache
 from typing import Any
 
 from ..text import column, completion_text
-from .contract import (
-    RELATIVE_TOLERANCE,
-    answer_form,
-    boxed_contents,
-    has_decimal,
-    is_echo,
-    plain_number,
-    read_final_answers,
-    refusal,
-    squash,
-)
+from .answer import answer_form, has_decimal, mixed_numbers, plain_number
+from .contract import boxed_contents, read_commitments
+from .echo import is_echo, squash
 from .lenient import _format_number, _gsm8k_gold, _math_gold, lenient_gsm8k_accuracy, lenient_math_accuracy
-from .verifier import EXACT, NO_NUMERIC_RULE, RELATIVE, verify_in_pool
+from .verifier import EXACT, NO_NUMERIC_RULE, RELATIVE, RELATIVE_TOLERANCE, verify_in_pool
 
 DEFAULT_TIMEOUT_S = float(os.environ.get("GSPO_MATH_TIMEOUT_S", "5"))
 _CHOICE = re.compile(r"\(?([A-Z])\)?")
-_MAX_ANSWER_CHARS = 1000  # no dataset's answer is a kilobyte of LaTeX: not worth a worker's time
 
 
 def math_accuracy(
@@ -50,9 +45,10 @@ def math_accuracy(
 
     The gold comes from the `answer` column (a bare answer, such as `\\frac{1}{2}`) when there is one, else from the
     `solution` column (a worked solution with a `\\boxed{}` answer, as in MATH). The completion's answer is read
-    under the final-answer contract: after the last `</think>`, from `\\boxed{}`, "The answer is ...", "Final
-    answer: ..." or `#### ...`; every such answer must be right; no hedges, alternatives, relations other than
-    `x = value`, copies of the problem (from `prompts`, which TRL passes), or decimals for an exact gold. Genuine
+    under the final-answer contract: after the last `</think>`, the last `\\boxed{}`, else the expression after the
+    last "The answer is", "Final answer:", "Answer:", `#### `; any other commitment must agree; inside the answer no
+    alternatives, qualifiers, negations, relations other than `x = value`, copies of the problem (from `prompts`,
+    which TRL passes), or decimals for an exact gold. Genuine
     equivalence (fractions, roots, intervals, sets, units and words around a number) is math-verify's, each item
     under `timeout_s` seconds in a worker process. An unparseable gold gives None.
 
@@ -70,7 +66,7 @@ def math_accuracy(
             continue
         gold_answer = gold[0] if gold[1] else _last_box(gold[0])
         judged.append(_committed_answers(completion_text(completion), gold_answer, problem))
-    return _score(judged, golds, timeout_s, _math_request)
+    return _score(judged, golds, problems, timeout_s, _math_request)
 
 
 def gsm8k_accuracy(
@@ -84,24 +80,32 @@ def gsm8k_accuracy(
 ) -> list[float | None]:
     """1.0 when the completion commits to one final number and it equals GSM8K's gold (the number after `####`).
 
-    The answer is read under the final-answer contract, as in `math_accuracy`: `\\boxed{}`, `#### N`, "The answer is
-    N", "Final answer: N", "Answer: N" after the last `</think>`, all of them agreeing, no hedge, no last-number
-    fallback. Numbers are whole tokens ("1,000", "70 000", "$18", "18.00", "18%", `\\text{18 dollars}` read as
-    numbers; "1,8", "1 8", "18/5", "18^2" do not read as 18) compared exactly in this process; only a non-numeric
-    answer (say `\\frac{36}{2}`) goes to math-verify, under `timeout_s`. A gold with no readable number gives None.
+    The answer is read under the final-answer contract, as in `math_accuracy`: the last `\\boxed{}`, else the
+    expression after the last `#### `, "The answer is", "Final answer:", "Answer:" (after the last `</think>`), every
+    other commitment agreeing, no last-number fallback. Numbers are whole tokens ("1,000", "70 000", "$18", "18.00",
+    "18%", `\\text{18 dollars}` read as numbers; "1,8", "1 8", "18/5", "18^2" do not read as 18) compared exactly
+    in this process; only a non-numeric answer (say `\\frac{36}{2}`) goes to math-verify, under `timeout_s`. A gold
+    with no readable number gives None.
 
     `contract=False` keeps the lenient reading (the last box, then anchors, then the last number anywhere).
     """
     if not contract:
         return lenient_gsm8k_accuracy(completions, answer, timeout_s=timeout_s)
     n = len(completions)
-    gold_numbers = [_gsm8k_gold(gold) for gold in column(answer, n)]
+    gold_numbers = [
+        _gsm8k_gold_cached(gold) if isinstance(gold, str) else _gsm8k_gold(gold) for gold in column(answer, n)
+    ]
     golds = [None if value is None else (_format_number(value), True) for value in gold_numbers]
     problems = problem_texts(prompts, kwargs, n)
     judged = []
     for completion, gold, problem in zip(completions, golds, problems):
         judged.append(None if gold is None else _committed_answers(completion_text(completion), gold[0], problem))
-    return _score(judged, golds, timeout_s, _gsm8k_request)
+    return _score(judged, golds, problems, timeout_s, _gsm8k_request)
+
+
+@lru_cache(maxsize=4096)
+def _gsm8k_gold_cached(text: str) -> Fraction | None:
+    return _gsm8k_gold(text)
 
 
 def math_accuracy_lenient(completions: list, **kwargs: Any) -> list[float | None]:
@@ -122,8 +126,9 @@ def gsm8k_accuracy_lenient(completions: list, **kwargs: Any) -> list[float | Non
 
 def final_answer_key(grader: str, text: str, row: dict) -> str | None:
     """The final answer `grader` ("gsm8k_accuracy" or "math_accuracy") reads in `text`, in a form that compares across
-    samples (held-out maj@k); None where the contract refuses it (no committed answer, a hedge, answers that disagree,
-    an echo of the problem in `row["prompt"]`) or the gold in `row` does not parse: such a sample never wins a vote."""
+    samples (held-out maj@k); None where the contract refuses it (no committed answer, commitments that disagree, a
+    qualified or listed answer, an echo of the problem in `row["prompt"]`) or the gold in `row` does not parse: such
+    a sample never wins a vote."""
     if grader == "gsm8k_accuracy":
         value = _gsm8k_gold(row.get("answer"))
         gold = None if value is None else _format_number(value)
@@ -132,10 +137,14 @@ def final_answer_key(grader: str, text: str, row: dict) -> str | None:
         gold = None if parsed is None else (parsed[0] if parsed[1] else _last_box(parsed[0]))
     if gold is None:
         return None
-    forms = _committed_answers(text, gold, _prompt_text(row.get("prompt")))
+    problem = _prompt_text(row.get("prompt"))
+    forms = _committed_answers(text, gold, problem)
     if not isinstance(forms, list):
         return None
-    keys = {str(plain_number(form)) if plain_number(form) is not None else squash(form) for form in forms}
+    keys = set()
+    for form in forms:
+        value = plain_number(form, gold, problem)
+        keys.add(str(value) if value is not None else squash(form))
     return keys.pop() if len(keys) == 1 else None
 
 
@@ -165,22 +174,21 @@ def _last_box(solution: str) -> str:
 
 
 def _committed_answers(text: str, gold_answer: str, problem: str | None) -> list[str] | float:
-    """The completion's final answers, each in the form to compare, or 0.0 when the contract refuses it."""
-    found = read_final_answers(text)
-    if found is None or refusal(found, gold_answer):
+    """The completion's committed answer, then each other commitment, in the form to compare; 0.0 when it commits
+    to nothing, or when any of them breaks the contract (see `answer_form`, `is_echo`)."""
+    found = read_commitments(text, gold_answer)
+    if found is None or found.too_many:
         return 0.0
-    answers = []
-    for answer, boxed in zip(found.answers, found.boxed):
-        if not boxed and not re.search(r"[\d\\]", answer) and re.search(r"\d", gold_answer):
-            continue  # "our answer is correct": prose after an anchor, no value at all, where the gold is a number
-        form = answer_form(answer, gold_answer)
-        if form is None or len(form) > _MAX_ANSWER_CHARS or is_echo(form, gold_answer, problem):
+    forms = []
+    for answer in (found.answer, *found.others):
+        form = answer_form(answer, gold_answer, problem)
+        if form is None or is_echo(form, gold_answer, problem):
             return 0.0
-        answers.append(form)
-    return answers or 0.0
+        forms.append(form)
+    return forms
 
 
-def _math_request(gold: tuple[str, bool], answer: str) -> float | tuple:
+def _math_request(gold: tuple[str, bool], answer: str, problem: str | None) -> float | tuple:
     """A verdict in this process when one is certain, else the arguments for `verify_final_answer`."""
     gold_text, bare = gold
     gold_answer = gold_text if bare else _last_box(gold_text)
@@ -190,21 +198,30 @@ def _math_request(gold: tuple[str, bool], answer: str) -> float | tuple:
     if letter:  # a choice letter is that letter, as written: math-verify would also take the variable c for (C)
         written = _CHOICE.fullmatch(squash(answer))
         return float(bool(written) and written.group(1) == letter.group(1))
-    gold_value, value = plain_number(gold_answer), plain_number(answer)
+    gold_value, value = plain_number(gold_answer), plain_number(answer, gold_answer, problem)
     if gold_value is not None and value is not None:
         return float(_numbers_equal(gold_value, value, relative=has_decimal(gold_answer)))
+    if gold_value is not None and re.fullmatch(r"[-−]?[\d.]+", squash(gold_answer)) and not re.search(r"\\|\d", answer):
+        return 0.0  # words for a number gold: nothing math-verify could read as it
     if has_decimal(gold_answer):
         rule = RELATIVE
     else:
         rule = EXACT if has_decimal(answer) else NO_NUMERIC_RULE
-    return (gold_text, bare, answer, rule)
+    return (mixed_numbers(gold_answer), True, answer, rule)  # the gold read as the answer is: 4\frac{2}{3} is 14/3
 
 
-def _gsm8k_request(gold: tuple[str, bool], answer: str) -> float | tuple:
-    value = plain_number(answer)
+def _gsm8k_request(gold: tuple[str, bool], answer: str, problem: str | None) -> float | tuple:
+    value = plain_number(answer, gold[0], problem)
     if value is not None:
-        return float(value == Fraction(gold[0]))
+        return float(value == _fraction(gold[0]))
+    if not re.search(r"\\|\d", answer):
+        return 0.0  # no number and no LaTeX: nothing to compare with a number
     return (gold[0], True, answer, EXACT if has_decimal(answer) else NO_NUMERIC_RULE)
+
+
+@lru_cache(maxsize=4096)
+def _fraction(text: str) -> Fraction:
+    return Fraction(text)  # a GRPO batch holds each gold once per generation
 
 
 def _numbers_equal(gold: Fraction, value: Fraction, relative: bool) -> bool:
@@ -213,7 +230,7 @@ def _numbers_equal(gold: Fraction, value: Fraction, relative: bool) -> bool:
     return abs(gold - value) <= Fraction(RELATIVE_TOLERANCE) * max(abs(gold), abs(value))
 
 
-def _score(judged: list, golds: list, timeout_s: float, request_for) -> list[float | None]:
+def _score(judged: list, golds: list, problems: list, timeout_s: float, request_for) -> list[float | None]:
     """Each completion's score: 1.0 only when every one of its committed answers is right.
 
     A GRPO batch holds each prompt's generations together, and many end on the same answer: each distinct (gold,
@@ -224,14 +241,14 @@ def _score(judged: list, golds: list, timeout_s: float, request_for) -> list[flo
         if not isinstance(answers, list):
             continue
         for answer in answers:
-            request = request_for(golds[i], answer)
+            request = request_for(golds[i], answer, problems[i])
             if isinstance(request, tuple):
                 owners.append(i)
                 requests.append((len(requests), *request))
             else:
                 verdicts[i].append(request)
     results: list[float | None] = [None] * len(requests)
-    verify_in_pool(results, requests, timeout_s, "verify_final_answer")
+    verify_in_pool(results, requests, timeout_s, "verify_final_answer", on_error=0.0)
     for i, result in zip(owners, results):
         verdicts[i].append(result)
     scores: list[float | None] = []

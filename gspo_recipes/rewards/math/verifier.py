@@ -15,11 +15,11 @@ import os
 from functools import lru_cache
 
 from ..pool import PoolUnavailable, get_pool
-from .contract import RELATIVE_TOLERANCE
 
 _POOL = "math"
 _POOL_PRELOAD = ("math_verify", __name__)
 UNPARSED = "unparsed"
+RELATIVE_TOLERANCE = 1e-9  # float round-off passes; any rounding a person writes (4.666667 for 14/3) does not
 
 # How a numeric answer must match, chosen by the grader from the text of the gold and of the answer.
 NO_NUMERIC_RULE = "none"  # math-verify's verdict stands (neither side writes a decimal)
@@ -27,9 +27,12 @@ EXACT = "exact"  # the gold is exact and the answer writes a decimal: equal as e
 RELATIVE = "relative"  # the gold writes a decimal: within RELATIVE_TOLERANCE
 
 
-def verify_in_pool(scores: list, requests: list[tuple], timeout_s: float, function: str) -> list[int]:
+def verify_in_pool(
+    scores: list, requests: list[tuple], timeout_s: float, function: str, on_error: float | None = None
+) -> list[int]:
     """Score (index, *arguments of `function`) requests in the pool, each distinct one once. Returns the indices
-    whose verdict was `UNPARSED` (they score 0.0, and the caller may judge them again another way)."""
+    whose verdict was `UNPARSED` (they score 0.0, and the caller may judge them again another way). An item that
+    raises in the worker gets `on_error`; one that overruns its deadline 0.0."""
     owners: dict[tuple, list[int]] = {}
     for index, *request in requests:
         owners.setdefault(tuple(request), []).append(index)
@@ -37,7 +40,9 @@ def verify_in_pool(scores: list, requests: list[tuple], timeout_s: float, functi
         return []
     try:
         pool = get_pool(_POOL, preload=_POOL_PRELOAD)
-        verdicts = pool.map(f"{__name__}:{function}", list(owners), deadline_s=timeout_s, on_timeout=0.0, on_error=None)
+        verdicts = pool.map(
+            f"{__name__}:{function}", list(owners), deadline_s=timeout_s, on_timeout=0.0, on_error=on_error
+        )
     except PoolUnavailable:
         verdicts = [None] * len(owners)  # infrastructure failure: unknown, not wrong
     unparsed = []
@@ -94,8 +99,16 @@ def verify_final_answer(gold_text: str, gold_is_bare: bool, answer: str, numeric
 
 def _numbers_match(gold, answer, numeric_rule: str) -> bool:
     """math-verify rounds floats to 6 decimals; here the numbers in gold and answer must match exactly (EXACT) or
-    within RELATIVE_TOLERANCE (RELATIVE). What cannot be read as numbers fails: a decimal that cannot be checked
-    is not credited."""
+    within RELATIVE_TOLERANCE (RELATIVE). What cannot be read as numbers fails, and so does anything sympy cannot
+    evaluate (a symbol left in `15.00001\\%`): a decimal that cannot be checked is not credited, and this path
+    cannot raise."""
+    try:
+        return _numbers_within(gold, answer, numeric_rule)
+    except (TypeError, ValueError, ArithmeticError, AttributeError):
+        return False
+
+
+def _numbers_within(gold, answer, numeric_rule: str) -> bool:
     import sympy
 
     golds, answers = _flat_numbers(gold), _flat_numbers(answer)
