@@ -14,7 +14,7 @@ import builtins
 import textwrap
 from collections.abc import Mapping
 
-from .shapes import last_function, top_level_call_argument
+from .source import parse, top_level_call_argument
 
 # Every hack defines the entry point as `{ep}(*args, **kwargs)`: it needs no signature, and answers nothing.
 _HACKS: dict[str, str] = {
@@ -142,6 +142,15 @@ def _entry_point(row: Mapping) -> str:
         if name:
             return name
     return "solution"
+
+
+def last_function(source: str) -> str | None:
+    """The last top-level function `source` defines: only to name the hacks' function (the reward never guesses)."""
+    try:
+        names = [node.name for node in parse(source).body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    except SyntaxError:
+        return None
+    return names[-1] if names else None
 
 
 def _first_called_name(source: str) -> str | None:
