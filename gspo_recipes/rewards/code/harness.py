@@ -189,19 +189,23 @@ def _call_timer(set_timer, real_timer, base_exception):
 def _responder(namespace, codec):
     """`respond(request)`: the answer to one get/call/getattr/text request on the program's namespace, as data.
     Objects that are not data stay here, as handles the judge can name in later requests."""
+    from itertools import chain
+
     encode, decode, max_items = codec["encode"], codec["decode"], codec["MAX_ITERATOR_ITEMS"]
     handles = []
+    iterators = {}
 
     def as_data(value):
         def fallback(obj, encode_inner):
             if hasattr(type(obj), "__next__"):  # a generator or other iterator: its items, up to a cap
-                items = []
+                taken = []
                 for item in obj:
-                    items.append(encode_inner(item))
-                    if len(items) > max_items:
+                    taken.append(item)
+                    if len(taken) > max_items:
                         break
                 else:
-                    return ["i", items]
+                    return ["i", [encode_inner(item) for item in taken]]
+                obj = chain(taken, obj)  # endless, or nearly: the judge takes its items as the test asks
             handles.append(obj)
             return ["h", len(handles) - 1]
 
@@ -219,9 +223,21 @@ def _responder(namespace, codec):
             name = request[1]
             if name not in namespace:
                 return [False]
-            return [True, as_data(namespace[name]), _imported_from(namespace[name])]
+            value = namespace[name]
+            return [True, as_data(value), _imported_from(value), isinstance(value, type)]
         if kind == "call":
             return _call(request, target, lambda data: decode(data, resolve), as_data)
+        if kind == "next":  # up to n items of an object the judge iterates, one batch at a time
+            spec, count = request[1], request[2]
+            key = repr(spec)
+            if key not in iterators:
+                iterators[key] = iter(target(spec))
+            items = []
+            for item in iterators[key]:
+                items.append(as_data(item))
+                if len(items) >= count:
+                    return [items, False]
+            return [items, True]
         if kind == "getattr":
             return [as_data(getattr(target(request[1]), request[2]))]
         return [as_data((repr if request[2] == "repr" else str)(target(request[1])))]  # "text"
@@ -249,9 +265,11 @@ def _call(request, target, decode, as_data):
     args = [decode(arg) for arg in args]
     kwargs = {key: decode(value) for key, value in kwargs}
     result = function(*args, **kwargs)
-    # The arguments after the call, for functions that change them in place (containers only).
-    after = [as_data(arg) if type(arg) in (list, dict, set, bytearray) else None for arg in args]
-    return [as_data(result), after]
+    # The arguments after the call, for functions that change them in place (containers only), positional and named.
+    changeable = (list, dict, set, bytearray)
+    after = [as_data(arg) if type(arg) in changeable else None for arg in args]
+    after_named = [as_data(value) if type(value) in changeable else None for value in kwargs.values()]
+    return [as_data(result), after, after_named]
 
 
 if __name__ == "__main__":

@@ -30,10 +30,12 @@ import types
 from typing import Any
 
 from . import discovery, sandbox
-from .remote import ABSENT, REPLY_GRACE_S, STARTUP_ALLOWANCE_S, Link, Remote  # noqa: F401 (kept importable)
+from .remote import ABSENT, MODULE_ALIASES, REPLY_GRACE_S, STARTUP_ALLOWANCE_S, Link, Remote  # noqa: F401
 from .source import defined_names, parse, without_runner_calls
 
 _BUILTIN_NAMES = frozenset(dir(builtins))
+# Conventional aliases and the modules behind them, which the judge imports for the tests by the tests' name.
+_ALIASED_MODULES = {**MODULE_ALIASES, **{name.split(".")[0]: name.split(".")[0] for name in MODULE_ALIASES.values()}}
 
 
 class SetupFailed(Exception):
@@ -160,7 +162,9 @@ def _test_namespace(job: dict, link: Link, report: dict) -> dict:
     dataset_code = [*job["tests"], job.get("setup") or ""]
     helpers, failed_helpers = _run_helpers(job.get("helpers") or [], job["per_test_s"])
     free = set(referenced_names(dataset_code)) - bound_names(dataset_code)
-    wanted = [name for name in referenced_names(dataset_code) if name in free or name == entry_point]
+    # A module name is wanted even where another test binds it: statements share one namespace, in order.
+    modules = {name for name in referenced_names(dataset_code) if name in _ALIASED_MODULES or _is_stdlib_module(name)}
+    wanted = [name for name in referenced_names(dataset_code) if name in free | modules or name == entry_point]
     if entry_point and entry_point not in wanted:
         wanted.append(entry_point)
     # With a named entry point (HumanEval, BigCodeBench), the program provides that name alone: anything else the
@@ -175,9 +179,11 @@ def _test_namespace(job: dict, link: Link, report: dict) -> dict:
             report["missing_helpers"].append(name)  # its block did not run: no stand-in from the program either
         elif name != entry_point and name in _BUILTIN_NAMES:
             continue
-        elif name != entry_point and _is_stdlib_module(name):
-            with contextlib.suppress(ImportError):
-                namespace[name] = importlib.import_module(name)
+        elif name != entry_point and (_is_stdlib_module(name) or name in _ALIASED_MODULES):
+            # A module the tests name: the judge's own, by the tests' name alone (`np` is numpy whatever the
+            # program imported, or if it imported nothing).
+            with contextlib.suppress(Exception):
+                namespace[name] = importlib.import_module(_ALIASED_MODULES.get(name, name))
         else:
             found = _from_program(link, name)
             if found is ABSENT:
@@ -194,7 +200,7 @@ def _test_namespace(job: dict, link: Link, report: dict) -> dict:
 
 def _from_program(link: Link, name: str) -> Any:
     try:
-        return link.get(name, class_name=name[:1].isupper())
+        return link.get(name)
     except Exception:  # noqa: BLE001 (a name the program cannot give is a name the tests do not have)
         return ABSENT
 
