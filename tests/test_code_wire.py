@@ -179,3 +179,21 @@ def test_the_judge_imports_nothing_a_program_names():
     assert "wsgiref.simple_server" not in sys.modules
     assert remote.judges_copy("simple_server", ["wsgiref.simple_server", ""]) is remote.ABSENT
     assert "wsgiref.simple_server" not in sys.modules
+
+
+def test_functions_the_test_passes_are_called_back_across_the_boundary():
+    honest = "def apply(f, xs):\n    return [f(x) for x in xs]\ndef best(xs, key=None):\n    return max(xs, key=key)\n"
+    wrong = "def apply(f, xs):\n    return xs\ndef best(xs, key=None):\n    return xs[0]\n"
+    raising = code("""
+        def boom(x):
+            raise ValueError("no")
+        try:
+            apply(boom, [1])
+        except Exception:
+            pass
+        else:
+            raise AssertionError("the test's function raised, and the program did not see it")
+        """)
+    tests = ["assert apply(lambda x: x * 2, [1, 2]) == [2, 4]", "assert best(['a', 'ccc', 'bb'], key=len) == 'ccc'",
+             raising + "assert apply(abs, [-1]) == [1]"]  # fmt: skip
+    assert code_execution([honest, wrong], tests=[tests] * 2, timeout_s=TIMEOUT_S) == [1.0, 0.0]

@@ -140,7 +140,22 @@ def _serve(job, exit_now, set_timer, real_timer, base_exception):
 
     timed = _call_timer(set_timer, real_timer, base_exception)
     namespace = {"__name__": "solution", "__builtins__": __builtins__}
-    respond = _responder(namespace, codec)
+    current = [0]  # the number of the judge's latest line: every reply echoes it
+
+    def call_back(callback_id, args, kwargs, encode_value, decode_value):
+        """A function the test passed in, called by the program: its arguments go to the judge, which runs it and
+        sends its result (or that it raised) on the next line."""
+        reply([current[0], "callback", callback_id, [encode_value(a) for a in args],
+               [[key, encode_value(value)] for key, value in kwargs.items()]])  # fmt: skip
+        line = requests.readline(max_message)
+        if not line:
+            exit_now(0)
+        current[0], outcome, value = loads(line)[:3]
+        if outcome != "returned":
+            raise RuntimeError(f"the test's function raised {value}")
+        return decode_value(value)
+
+    respond = _responder(namespace, codec, call_back)
     try:
         program = compile(job["program"], "solution.py", "exec")
     except base_exception:
@@ -154,8 +169,9 @@ def _serve(job, exit_now, set_timer, real_timer, base_exception):
         line = requests.readline(max_message)
         if not line:
             exit_now(0)
-        request_id, *request = loads(line)
-        reply([request_id, *timed(request[-1], lambda: respond(request))])  # noqa: B023 (called at once)
+        current[0], *request = loads(line)
+        outcome = timed(request[-1], lambda: respond(request))  # noqa: B023 (called at once)
+        reply([current[0], *outcome])
 
 
 def _call_timer(set_timer, real_timer, base_exception):
@@ -186,7 +202,7 @@ def _call_timer(set_timer, real_timer, base_exception):
     return timed
 
 
-def _responder(namespace, codec):
+def _responder(namespace, codec, call_back):
     """`respond(request)`: the answer to one get/call/getattr/text request on the program's namespace, as data.
     Objects that are not data stay here, as handles the judge can name in later requests."""
     from itertools import chain
@@ -212,6 +228,10 @@ def _responder(namespace, codec):
         return encode(value, fallback)
 
     def resolve(handle_id):
+        if type(handle_id) is tuple:  # ("k", id): a function of the test's
+            callback_id = handle_id[1]
+            return lambda *args, **kwargs: call_back(callback_id, args, kwargs, as_data,
+                                                     lambda data: decode(data, resolve))  # fmt: skip
         return handles[handle_id]
 
     def target(spec):  # ["name", global name] or ["h", handle id]

@@ -86,6 +86,7 @@ class Link:
         self.generation = 0
         self.failed_to_load = False
         self.calls = 0
+        self.callbacks: list = []  # functions the tests passed to the program, by the number it calls them with
         self.test_deadline = time.monotonic() + job["per_test_s"]
 
     def ensure(self) -> bool:
@@ -175,6 +176,8 @@ class Link:
         if budget <= 0:
             raise TimeoutError("the test's time is up")
         reply = self.worker.request([*request, budget], budget + REPLY_GRACE_S)
+        while reply[0] == "callback" and len(reply) == 4:  # the program calls a function the test passed in
+            reply = self.worker.request(self._called_back(*reply[1:]), self._budget() + REPLY_GRACE_S)
         if reply[0] == "ok":
             return reply[1:]
         if reply[0] == "raised" and len(reply) == 3:
@@ -184,13 +187,42 @@ class Link:
         self.worker.close()
         raise WorkerGone("unexpected reply")
 
+    def _budget(self) -> float:
+        budget = self.test_deadline - time.monotonic()
+        if budget <= 0:
+            raise TimeoutError("the test's time is up")
+        return budget
+
+    def _called_back(self, callback_id: Any, args: Any, kwargs: Any) -> list:
+        """Run the test's function on the program's arguments (decoded data, as results are) and answer with its
+        result as data, or that it raised: the message the worker waits for before the program goes on."""
+        if type(callback_id) is not int or not 0 <= callback_id < len(self.callbacks):
+            raise WorkerGone("a call back to a function the test never passed")
+        if type(args) is not list or type(kwargs) is not list:
+            raise WorkerGone("malformed call back")
+        try:
+            named = {str(pair[0]): self._decode(pair[1]) for pair in kwargs}
+            result = self.callbacks[callback_id](*[self._decode(arg) for arg in args], **named)
+            return ["returned", encode(result, self._outgoing)]
+        except Exception as error:  # noqa: BLE001 (the test's function raised: the program sees that it did)
+            return ["raised", type(error).__name__]
+
     def _decode(self, data: Any, open_: bool = False) -> Any:
-        return decode(data, lambda handle_id: Remote(self, ["h", handle_id], self.generation, open_))
+        def handle(handle_id):
+            if type(handle_id) is not int:
+                raise NotPlainData("a function of the test's cannot come back from the program")
+            return Remote(self, ["h", handle_id], self.generation, open_)
+
+        return decode(data, handle)
 
     def _outgoing(self, value: Any, encode_inner) -> list:
         if isinstance(value, Remote) and value._target[0] == "h":
             self._check(value)
             return value._target
+        if callable(value) and not isinstance(value, (type, Remote)):
+            # A function the test passes (a key, a predicate): the program calls it back, across the boundary.
+            self.callbacks.append(value)
+            return ["k", len(self.callbacks) - 1]
         raise NotPlainData(f"a {type(value).__name__} cannot be passed to the program")
 
 
