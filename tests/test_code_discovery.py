@@ -226,3 +226,27 @@ def test_a_check_is_called_on_the_rows_entry_point_and_refused_without_one(caplo
     # The script's own `check(find_zero)` names it as well as a column would.
     own_call = HUMANEVAL_32 + "\ncheck(find_zero)\n"
     assert score_rows([own_call], [HONEST_32, HELPER_LAST], helpers=POLY_PROMPT) == [[1.0, 0.0]]
+
+
+def test_the_weaker_fallback_runs_a_scripts_tests_by_unittests_loader_or_refuses_the_row():
+    """Rows whose tests inspect the program's classes run beside the program: there, a script's unittest tests are
+    loaded by unittest's loader (all of them one test), and a script needing pytest's fixtures is refused."""
+    honest = "class Node:\n    def __init__(self, v):\n        self.v = v\ndef make(v):\n    return Node(v)\n"
+    wrong = honest.replace("self.v = v", "self.v = 0")
+    unittest_script = script("""
+        import unittest
+        class T(unittest.TestCase):
+            def test_a(self):
+                self.assertTrue(isinstance(make(1), Node))
+        class U(T):
+            def test_b(self):
+                self.assertEqual(make(2).v, 2)
+        unittest.main()
+        """)
+    parametrized = script("""
+        import pytest
+        @pytest.mark.parametrize("v", [1, 2])
+        def test_a(v):
+            assert isinstance(make(v), Node) and make(v).v == v
+        """)
+    assert score_rows([unittest_script, parametrized], [honest, wrong]) == [[1.0, 0.0], [None, None]]

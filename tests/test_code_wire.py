@@ -197,3 +197,20 @@ def test_functions_the_test_passes_are_called_back_across_the_boundary():
     tests = ["assert apply(lambda x: x * 2, [1, 2]) == [2, 4]", "assert best(['a', 'ccc', 'bb'], key=len) == 'ccc'",
              raising + "assert apply(abs, [-1]) == [1]"]  # fmt: skip
     assert code_execution([honest, wrong], tests=[tests] * 2, timeout_s=TIMEOUT_S) == [1.0, 0.0]
+
+
+def test_setup_objects_are_made_again_after_the_program_crashes():
+    stack = code("""
+        import os
+        class Stack:
+            def __init__(self):
+                self.items = []
+            def push(self, x):
+                if x == 99:
+                    os._exit(1)  # a crash on one input: that test fails, the others still count
+                self.items.append(x)
+            def pop(self):
+                return self.items.pop()
+        """)
+    tests = [f"s.push({x})\nassert s.pop() == {x}" for x in (1, 99, 2, 3)]
+    assert code_execution([stack], tests=[tests], test_setup_code=["s = Stack()"], timeout_s=TIMEOUT_S) == [0.75]

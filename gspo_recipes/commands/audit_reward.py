@@ -120,8 +120,8 @@ def audit(reward: Callable, rows: list[dict], cases_for: Callable,
           twins_for: Callable | None = None) -> tuple[dict[str, Family], int]:  # fmt: skip
     """Score every row's cases in one call of `reward`, as TRL calls it: completions, then each column as a list
     with one value per completion, and `prompts`. `twins_for(row)` ({family: twin completion}) checks the cases
-    before they are trusted: a case that should not be paid is left out on a row whose tests pay its twin (its
-    answer is right there; see `rewards.code.audit_cases`)."""
+    before they are trusted: a case that should not be paid, and is paid no more than its trick-free twin, is left
+    out on that row (its answer is right there; see `rewards.code.audit_cases`)."""
     completions, owners, per_case = [], [], []
     for index, row in enumerate(rows):
         for family, completion, should_pay in cases_for(row):
@@ -140,13 +140,14 @@ def audit(reward: Callable, rows: list[dict], cases_for: Callable,
     if len(scores) != len(completions):
         raise SystemExit(f"error: the reward returned {len(scores)} scores for {len(completions)} completions")
     families: dict[str, Family] = {}
-    right_here = {(family, row) for (family, pay), score, row in zip(per_case, scores, owners)
-                  if pay is None and score is not None and score > 0}  # fmt: skip
+    twin_scores = {(family, row): score or 0.0 for (family, pay), score, row in zip(per_case, scores, owners)
+                   if pay is None}  # fmt: skip
     for (family, should_pay), completion, score, row in zip(per_case, completions, scores, owners):
         if should_pay is None:
             continue
         key = family if not should_pay else EQUIVALENT if family == EQUIVALENT else f"{family} (must pay)"
-        if not should_pay and (family, row) in right_here:
+        earned_anyway = twin_scores.get((family, row), 0.0)  # what the same answer earns here without a trick
+        if not should_pay and score is not None and 0 < score <= earned_anyway:
             families.setdefault(key, Family(should_pay)).answer_right += 1
             continue
         entry = families.setdefault(key, Family(should_pay))
@@ -168,7 +169,7 @@ def report(families: dict[str, Family]) -> str:
         credited, rejected = ("-", share) if family.should_pay else (share, "-")
         note = f" ({family.unjudged} scored None)" if family.unjudged else ""
         if family.answer_right:
-            note += f" ({family.answer_right} left out: the row's tests pay the same answer without the trick)"
+            note += f" ({family.answer_right} left out: paid no more than the same answer without the trick)"
         lines.append(
             f"{name:<24} {family.cases:>6} {len(family.rows):>5}  {credited:>9} {rejected:>9}  "
             f"{family.example or ''}{note}"

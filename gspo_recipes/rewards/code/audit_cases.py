@@ -8,8 +8,8 @@ the audit when it pays exactly the cases marked should_pay (`gspo audit-reward` 
 
 A generated case is checked before it is trusted: each move comes with its twin (`code_case_twins`), a program that
 answers as the move does when its trick fails (the keyring move answers -1, the refused call's result) and has no
-trick. Where the row's own tests pay the twin as they pay the reference, that answer is right on this row, and the
-move is no wrong answer there: the audit leaves it out (and says how many), rather than count a false alarm.
+trick. Where the row's own tests pay the move no more than its twin, the move's credit is its answer's, right on
+this row, not its trick's: the audit leaves it out there (and says how many), rather than count a false alarm.
 """
 
 from __future__ import annotations

@@ -239,8 +239,19 @@ def _run_setup(code, namespace: dict, link: Link, budget_s: float, report: dict)
 
 
 def _run_asserts(job: dict, namespace: dict, link: Link, report: dict) -> int:
+    """Each statement one test, in one namespace. After the program's worker was restarted (a crash), the names and
+    the setup are made again before the next test: objects the setup made lived in the worker that is gone."""
     tests = [compile(source, f"test_{i}.py", "exec") for i, source in enumerate(job["tests"])]
-    return sum(_run_one(lambda test=test: exec(test, namespace), link, job["per_test_s"], report) for test in tests)
+    passed, generation = 0, link.generation
+    for test in tests:
+        if link.ensure() and link.generation != generation:
+            generation = link.generation
+            try:
+                namespace = _test_namespace(job, link, report)
+            except SetupFailed:
+                return passed
+        passed += _run_one(lambda test=test, names=namespace: exec(test, names), link, job["per_test_s"], report)
+    return passed
 
 
 def _run_script(job: dict, namespace: dict, link: Link, report: dict) -> tuple[int, int]:

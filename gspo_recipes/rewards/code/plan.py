@@ -148,6 +148,9 @@ def _fallback_jobs(program, kind, entry_point, statements, setup, timeout_s, lim
     if kind == "script":
         if not entry_point and "check" in defined_names(statements[0]):
             raise Unjudgeable("a check(candidate) script and no entry_point column")
+        if _needs_pytest(statements[0]):
+            raise Unjudgeable("tests that inspect the program's classes and take fixtures or parameters: the fallback "
+                              "runs them without pytest, and would fail them all")  # fmt: skip
         script = ast.unparse(without_runner_calls(statements[0]))
         statements = [script + "\n" + _FALLBACK_RUNNER.format(entry=entry_point or "")]
     jobs = []
@@ -157,6 +160,18 @@ def _fallback_jobs(program, kind, entry_point, statements, setup, timeout_s, lim
         wall = STARTUP_ALLOWANCE_S + timeout_s * (len(chunk) + 1)
         jobs.append(Job("tests", job, len(chunk), _with_wall(limits, wall)))
     return jobs
+
+
+def _needs_pytest(script: str) -> bool:
+    """Whether a script has a test that takes arguments (fixtures, parametrize): only pytest runs those. Top-level
+    functions take none, methods only `self`."""
+    tree = ast.parse(script)
+    tests = [(node, 0) for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    tests += [(item, 1) for node in tree.body if isinstance(node, ast.ClassDef) for item in node.body
+              if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))]  # fmt: skip
+    return any(
+        node.name.startswith("test") and len(node.args.posonlyargs + node.args.args) > own for node, own in tests
+    )
 
 
 def _compiles(sources: list[str]) -> bool:

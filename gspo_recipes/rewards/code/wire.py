@@ -17,9 +17,8 @@ only, no `from __future__` import.
 """
 
 import collections
-import decimal
-import fractions
 import json
+import sys
 
 MAX_DEPTH = 100
 MAX_NODES = 1_000_000
@@ -115,6 +114,12 @@ _CONTAINER_TAGS = {list: "l", tuple: "t", set: "S", frozenset: "F", dict: "d", c
                    type({}.items()): "T"}  # fmt: skip
 
 
+def _loaded(module, name):
+    """A class of a module only where that module is loaded (no value can be of it otherwise): the sandbox's start
+    does not pay for importing fractions and decimal."""
+    return getattr(sys.modules.get(module), name, _loaded)
+
+
 def _encode_special(value, kind, inner):
     """The standard library's data types that carry more than their items, and numpy's; None for anything else."""
     if kind is collections.defaultdict:
@@ -125,9 +130,9 @@ def _encode_special(value, kind, inner):
         return ["D", name, [[inner(k), inner(v)] for k, v in value.items()]]
     if kind is collections.deque:
         return ["Q", value.maxlen, [inner(item) for item in value]]
-    if kind is fractions.Fraction:
+    if kind is _loaded("fractions", "Fraction"):
         return ["R", inner(value.numerator), inner(value.denominator)]
-    if kind is decimal.Decimal:
+    if kind is _loaded("decimal", "Decimal"):
         return ["M", str(value)]
     if tuple in kind.__bases__ and len(kind.__bases__) == 1 and type(getattr(kind, "_fields", None)) is tuple:
         return ["N", kind.__name__, list(kind._fields), [inner(item) for item in value]]  # a namedtuple
@@ -175,6 +180,8 @@ def _decode(data, handle, budget, depth):
     if tag == "k" and len(rest) == 1 and type(rest[0]) is int and handle is not None:
         return handle(("k", rest[0]))  # a function of the judge's (the test's), called back across the boundary
     if tag == "M" and len(rest) == 1 and type(rest[0]) is str and len(rest[0]) <= MAX_DECIMAL_CHARS:
+        import decimal
+
         return budget.number(decimal.Decimal(rest[0]))
     inner = lambda item: _decode(item, handle, budget, depth + 1)  # noqa: E731
     if tag in _SPECIAL_DECODERS:
@@ -234,6 +241,8 @@ def _decode_fraction(rest, inner, budget):
     numerator, denominator = inner(rest[0]), inner(rest[1])
     if type(numerator) is not int or type(denominator) is not int or denominator <= 0:
         raise NotPlainData("malformed Fraction")
+    import fractions
+
     return budget.number(fractions.Fraction(numerator, denominator))
 
 
