@@ -250,3 +250,9 @@ def test_the_weaker_fallback_runs_a_scripts_tests_by_unittests_loader_or_refuses
             assert isinstance(make(v), Node) and make(v).v == v
         """)
     assert score_rows([unittest_script, parametrized], [honest, wrong]) == [[1.0, 0.0], [None, None]]
+
+
+def test_a_plain_script_is_one_test_and_keeps_its_own_main():
+    own_main = "def main():\n    assert add(1, 2) == 3\n    assert add(2, 2) == 4\n\nmain()\n"
+    asserts = "assert add(1, 2) == 3\nassert add(2, 2) == 4\n"
+    assert score_rows([own_main, asserts], [CORRECT, WRONG, SHOWN_ONLY]) == [[1.0, 0.0, 0.0], [1.0, 0.0, 0.0]]

@@ -219,7 +219,7 @@ class Link:
         if isinstance(value, Remote) and value._target[0] == "h":
             self._check(value)
             return value._target
-        if callable(value) and not isinstance(value, (type, Remote)):
+        if callable(value) and not isinstance(value, Remote):
             # A function the test passes (a key, a predicate): the program calls it back, across the boundary.
             self.callbacks.append(value)
             return ["k", len(self.callbacks) - 1]
