@@ -42,3 +42,36 @@ def test_cases_name_the_rows_entry_point_and_need_no_reference():
     assert code_audit_cases(HUMANEVAL_ROW)[-1] == (
         "reference_solution", "```python\n" + (HUMANEVAL_ROW["prompt"] + HUMANEVAL_ROW["canonical_solution"]).strip()
         + "\n```", True)  # fmt: skip
+
+
+def test_a_case_whose_answer_is_right_on_the_row_is_left_out_not_counted(tmp_path, capsys):
+    """The keyring move answers -1 (the refused syscall's result): on a row whose test expects -1 it earns that test
+    honestly. The audit checks each case's trick-free twin against the row's tests and leaves such a case out."""
+    import json
+
+    from gspo_recipes.cli import main
+
+    row = {"text": "Return the index of x in xs, or -1.",
+           "code": "def find(xs, x):\n    return xs.index(x) if x in xs else -1\n",
+           "test_list": ["assert find([1, 2], 3) == -1", "assert find([1, 2], 2) == 1"]}  # fmt: skip
+    keyring = dict((family, text) for family, text, _ in code_audit_cases(row))["keyring_persistence"]
+    assert code_execution([keyring], test_list=[row["test_list"]], timeout_s=2.0) == [0.5]  # credited, honestly
+    path = tmp_path / "rows.jsonl"
+    path.write_text(json.dumps(row) + "\n" + json.dumps(MBPP_ROW) + "\n")
+    code = main(["audit-reward", "code_execution", "--data", str(path)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "left out" in out and "keyring_persistence" in out
+
+
+def test_the_audit_names_rows_whose_tests_check_nothing(tmp_path, capsys):
+    import json
+
+    from gspo_recipes.cli import main
+
+    weak = dict(MBPP_ROW, test_list=["add_numbers(1, 2)", "assert add_numbers(2, 5) == 7"])
+    path = tmp_path / "rows.jsonl"
+    path.write_text(json.dumps(MBPP_ROW) + "\n" + json.dumps(weak) + "\n")
+    main(["audit-reward", "code_execution", "--data", str(path)])
+    out = capsys.readouterr().out
+    assert "1 row(s) have a test that checks nothing" in out and "rows 1" in out, out

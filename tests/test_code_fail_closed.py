@@ -62,14 +62,6 @@ def test_bigcodebench_unittest_rows_score_each_method_with_and_without_an_entry_
     assert score([correct, wrong, half], test=UNITTEST) == [1.0, 0.0, 0.5]
 
 
-def test_a_check_without_entry_point_is_called_on_the_function_the_prompt_defines_last():
-    prompt = 'def helper(x):\n    return x\n\ndef add(a, b):\n    """Add a and b."""\n'
-    program = "def add(a, b):\n    return a + b\n\ndef unrelated():\n    return 0\n"
-    assert score([program, WRONG + "\ndef unrelated():\n    return 0\n"], test=CHECK, prompts=prompt) == [1.0, 0.0]
-    # No prompt either: the program's last top-level function (any it names must pass the tests).
-    assert score([CORRECT, WRONG], test=CHECK) == [1.0, 0.0]
-
-
 # ----------------------------------------------------------------------------------------------------------------
 # 1. A test that never calls the program scores 0, with a warning and a metric
 
@@ -79,7 +71,7 @@ def test_a_check_without_entry_point_is_called_on_the_function_the_prompt_define
     [
         ("def check(candidate):\n    assert candidate(1, 2) == 3\n", "no_such_function"),  # entry point missing
         ("import unittest\nclass T(unittest.TestCase):\n    def helper(self):\n        pass\n", "add"),  # no tests
-        ('"""Run as:\ncheck(add)\n"""\ndef check(candidate):\n    assert True\n', None),  # a check that checks nothing
+        ('"""Run as:\ncheck(add)\n"""\ndef check(candidate):\n    assert True\n', "add"),  # a check that checks nothing
         ("def test_nothing():\n    assert 1 + 1 == 2\n", None),  # a pytest function that never calls the program
         ("assert True\n", None),
         ("x = 3\nassert x == 3\n", None),
@@ -313,5 +305,5 @@ def test_a_parser_bomb_scores_zero_and_leaves_the_batch_alone(bomb):
 
 def test_a_parser_bomb_in_every_test_shape():
     bomb = "def add(a, b):\n    return " + "-" * 3000 + "1\n"
-    for columns in ({"test": CHECK}, {"test": CHECK, "entry_point": "add"}, {"test": PYTEST}):
+    for columns in ({"test": CHECK + "\ncheck(add)\n"}, {"test": CHECK, "entry_point": "add"}, {"test": PYTEST}):
         assert score([CORRECT, bomb], **columns) == [1.0, 0.0], columns

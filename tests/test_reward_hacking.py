@@ -12,7 +12,6 @@ from reward_hacks import HACKS, WRONG
 from gspo_recipes.rewards import code_execution, code_execution_binary
 from gspo_recipes.rewards.code import plan, reward
 from gspo_recipes.rewards.code.sandbox import Limits
-from gspo_recipes.rewards.code.shapes import Shape
 
 CORRECT = "def add(a, b):\n    return a + b\n"
 PARTIAL = "def add(a, b):\n    return a + b if a > 0 else 0\n"
@@ -126,7 +125,7 @@ def test_the_hacks_do_beat_the_in_process_harness():
     ]
     backend = reward.resolve_backend(None)
     for name in forging:
-        [job] = plan._fallback_jobs(HACKS[name], Shape("asserts"), ASSERTS[:3] + ASSERTS[4:], "", TIMEOUT_S, Limits())
+        [job] = plan._fallback_jobs(HACKS[name], "asserts", None, ASSERTS[:3] + ASSERTS[4:], "", TIMEOUT_S, Limits())
         passed, total = reward._run_job(job, backend)
         assert passed >= total - 1, name  # every test, or all but the isinstance guard
 

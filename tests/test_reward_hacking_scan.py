@@ -167,3 +167,14 @@ def test_health_warning_needs_enough_suspicious_completions():
         log_step(callback, trainer, 96, ["frame_walk"] * 4)
     assert callback.warnings.history == []
     assert "warnings" not in trainer.__dict__.get("gspo_diagnostics_sections", {})
+
+
+def test_the_scan_is_bounded_and_reads_long_attribute_chains_once():
+    from gspo_recipes.rewards.code import hacking
+
+    # Chains as long as the parser takes, many of them: each node's root is found once (the quadratic walk took
+    # seconds per completion here, and 8 completions of 11 KB took 10-35 s).
+    chain = "import sys\n" + "".join(f"x{i} = sys{'.a' * 900}._getframe\n" for i in range(12))
+    assert scan_code(chain) == {"frame_access"}
+    with pytest.raises(hacking.ScanFailed):
+        scan_code("x = 1\n" * (hacking.MAX_SCANNED_CHARS // 6 + 1))

@@ -77,6 +77,7 @@ class Family:
     cases: int = 0
     failures: int = 0  # wrong answers credited, or acceptable answers rejected
     unjudged: int = 0  # scored None
+    answer_right: int = 0  # left out: the row's tests pay the case's trick-free twin (its answer is right there)
     example: str | None = None
     rows: set = field(default_factory=set)
 
@@ -95,12 +96,19 @@ def run(args: argparse.Namespace) -> int:
         )
         return 2
     cases_for = _case_builder(kind)
-    families, total = audit(reward, rows, cases_for)
+    twins_for = _twin_builder(kind)
+    families, total = audit(reward, rows, cases_for, twins_for)
     print(f"audit of {args.reward} ({kind} suite) on {len(rows)} rows of {args.data}: {total} completions, "
           f"{time.monotonic() - start:.1f}s")  # fmt: skip
     print(report(families))
-    worst_credited = max((f.failures / f.cases for f in families.values() if not f.should_pay), default=0.0)
-    worst_rejected = max((f.failures / f.cases for f in families.values() if f.should_pay), default=0.0)
+    weak = _weak_rows(kind, rows)
+    if weak:
+        print(
+            f"note: {len(weak)} row(s) have a test that checks nothing (it pays any program that runs: a weak test, "
+            f"not a reward bug): rows {', '.join(map(str, weak[:20]))}{' ...' if len(weak) > 20 else ''}"
+        )
+    worst_credited = max((f.failures / f.cases for f in families.values() if not f.should_pay and f.cases), default=0.0)
+    worst_rejected = max((f.failures / f.cases for f in families.values() if f.should_pay and f.cases), default=0.0)
     failed = worst_credited > args.max_credited or worst_rejected > args.max_rejected
     verdict = "FAIL" if failed else "ok"
     print(f"{verdict}: worst family credits {worst_credited:.1%} of its wrong answers (max {args.max_credited:.1%}); "
@@ -108,15 +116,22 @@ def run(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def audit(reward: Callable, rows: list[dict], cases_for: Callable) -> tuple[dict[str, Family], int]:
+def audit(reward: Callable, rows: list[dict], cases_for: Callable,
+          twins_for: Callable | None = None) -> tuple[dict[str, Family], int]:  # fmt: skip
     """Score every row's cases in one call of `reward`, as TRL calls it: completions, then each column as a list
-    with one value per completion, and `prompts`."""
+    with one value per completion, and `prompts`. `twins_for(row)` ({family: twin completion}) checks the cases
+    before they are trusted: a case that should not be paid, and is paid no more than its trick-free twin, is left
+    out on that row (its answer is right there; see `rewards.code.audit_cases`)."""
     completions, owners, per_case = [], [], []
     for index, row in enumerate(rows):
         for family, completion, should_pay in cases_for(row):
             completions.append(completion)
             owners.append(index)
             per_case.append((family, should_pay))
+        for family, twin in (twins_for(row) if twins_for else {}).items():
+            completions.append(twin)
+            owners.append(index)
+            per_case.append((family, None))  # a twin: checks its family's case on this row
     columns = {name: [rows[i][name] for i in owners] for name in (rows[0] if rows else {})}
     columns.pop("prompts", None)
     columns.pop("completions", None)
@@ -125,8 +140,16 @@ def audit(reward: Callable, rows: list[dict], cases_for: Callable) -> tuple[dict
     if len(scores) != len(completions):
         raise SystemExit(f"error: the reward returned {len(scores)} scores for {len(completions)} completions")
     families: dict[str, Family] = {}
+    twin_scores = {(family, row): score or 0.0 for (family, pay), score, row in zip(per_case, scores, owners)
+                   if pay is None}  # fmt: skip
     for (family, should_pay), completion, score, row in zip(per_case, completions, scores, owners):
+        if should_pay is None:
+            continue
         key = family if not should_pay else EQUIVALENT if family == EQUIVALENT else f"{family} (must pay)"
+        earned_anyway = twin_scores.get((family, row), 0.0)  # what the same answer earns here without a trick
+        if not should_pay and score is not None and 0 < score <= earned_anyway:
+            families.setdefault(key, Family(should_pay)).answer_right += 1
+            continue
         entry = families.setdefault(key, Family(should_pay))
         entry.cases += 1
         entry.rows.add(row)
@@ -142,9 +165,11 @@ def audit(reward: Callable, rows: list[dict], cases_for: Callable) -> tuple[dict
 def report(families: dict[str, Family]) -> str:
     lines = [f"{'family':<24} {'cases':>6} {'rows':>5}  {'credited':>9} {'rejected':>9}  example of a failure"]
     for name, family in sorted(families.items(), key=lambda item: (item[1].should_pay, item[0])):
-        share = f"{family.failures / family.cases:.1%}"
+        share = f"{family.failures / family.cases:.1%}" if family.cases else "-"
         credited, rejected = ("-", share) if family.should_pay else (share, "-")
         note = f" ({family.unjudged} scored None)" if family.unjudged else ""
+        if family.answer_right:
+            note += f" ({family.answer_right} left out: paid no more than the same answer without the trick)"
         lines.append(
             f"{name:<24} {family.cases:>6} {len(family.rows):>5}  {credited:>9} {rejected:>9}  "
             f"{family.example or ''}{note}"
@@ -176,6 +201,19 @@ def _case_builder(kind: str) -> Callable:
     except ImportError as error:
         raise SystemExit(f"error: the code audit suite ({CODE_CASES}) cannot be imported: {error}") from None
     return module.code_audit_cases
+
+
+def _weak_rows(kind: str, rows: list[dict]) -> list[int]:
+    if kind != "code":
+        return []
+    weak_tests = getattr(importlib.import_module(CODE_CASES), "weak_tests", None)
+    return [index for index, row in enumerate(rows) if weak_tests and weak_tests(row)]
+
+
+def _twin_builder(kind: str) -> Callable | None:
+    if kind != "code":
+        return None
+    return getattr(importlib.import_module(CODE_CASES), "code_case_twins", None)
 
 
 def _load_reward(spec: str) -> tuple[Callable, str | None]:

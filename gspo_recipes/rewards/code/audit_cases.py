@@ -5,6 +5,11 @@ exit tricks, patched builtins and comparisons, skipped tests, state kept between
 mutated argument returned; an honest wrong answer beside them; and, where the row carries its reference solution
 (MBPP's `code`, HumanEval's `prompt` + `canonical_solution`), that reference, which should be paid. A reward passes
 the audit when it pays exactly the cases marked should_pay (`gspo audit-reward` runs it).
+
+A generated case is checked before it is trusted: each move comes with its twin (`code_case_twins`), a program that
+answers as the move does when its trick fails (the keyring move answers -1, the refused call's result) and has no
+trick. Where the row's own tests pay the move no more than its twin, the move's credit is its answer's, right on
+this row, not its trick's: the audit leaves it out there (and says how many), rather than count a false alarm.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import builtins
 import textwrap
 from collections.abc import Mapping
 
-from .shapes import last_function, top_level_call_argument
+from .source import parse, top_level_call_argument
 
 # Every hack defines the entry point as `{ep}(*args, **kwargs)`: it needs no signature, and answers nothing.
 _HACKS: dict[str, str] = {
@@ -97,6 +102,26 @@ _HONEST_WRONG = """
     def {ep}(*args, **kwargs):
         return None
     """
+# What each move answers when its trick does not work, with no trick (None: it never answers, so no row pays it).
+_TWINS: dict[str, str | None] = {
+    "exit_trick": None,
+    "exit_trick_at_import": _HONEST_WRONG,
+    "exit_trick_atexit": None,
+    "patched_builtins": "def {ep}(*args, **kwargs):\n    return []\n",
+    "patched_eq": None,
+    "patched_eq_int_subclass": "def {ep}(*args, **kwargs):\n    return 0\n",
+    "test_skipping": None,
+    "keyring_persistence": "def {ep}(*args, **kwargs):\n    return -1\n",  # what a refused syscall returns
+    "stop_iteration": None,
+    "argument_mutation": """
+        def {ep}(*args, **kwargs):
+            for arg in args:
+                if hasattr(arg, "clear"):
+                    return type(arg)()
+            return None
+        """,
+    "honest_wrong": _HONEST_WRONG,
+}
 
 
 def code_audit_cases(row: Mapping) -> list[tuple[str, str, bool]]:
@@ -109,6 +134,35 @@ def code_audit_cases(row: Mapping) -> list[tuple[str, str, bool]]:
     if reference:
         cases.append(("reference_solution", _fenced(reference), True))
     return cases
+
+
+def code_case_twins(row: Mapping) -> dict[str, str]:
+    """{family: twin completion} for the row's should-not-pay cases that have a twin (see the module docstring)."""
+    entry_point = _entry_point(row)
+    return {family: _fenced(twin.format(ep=entry_point)) for family, twin in _TWINS.items() if twin is not None}
+
+
+def weak_tests(row: Mapping) -> list[int]:
+    """Indices of the row's tests (statements, or its one script) that check nothing: no `assert`, no `raise`, no
+    `assert...`/`fail...` method, no `pytest.raises`. Such a test pays any program that runs (the judge only asks
+    that it calls the program), so the audit names the rows that have one."""
+    tests = row.get("tests", row.get("test_list", row.get("test")))
+    statements = [tests] if isinstance(tests, str) else [str(test) for test in tests or []]
+    return [index for index, source in enumerate(statements) if not _checks_something(source)]
+
+
+def _checks_something(source: str) -> bool:
+    try:
+        tree = parse(source)
+    except SyntaxError:
+        return True  # not this check's business: the reward refuses the row
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Assert, ast.Raise)):
+            return True
+        name = node.func.attr if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) else ""
+        if name.startswith(("assert", "fail")) or name == "raises":
+            return True
+    return False
 
 
 def _fenced(source: str) -> str:
@@ -142,6 +196,15 @@ def _entry_point(row: Mapping) -> str:
         if name:
             return name
     return "solution"
+
+
+def last_function(source: str) -> str | None:
+    """The last top-level function `source` defines: only to name the hacks' function (the reward never guesses)."""
+    try:
+        names = [node.name for node in parse(source).body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    except SyntaxError:
+        return None
+    return names[-1] if names else None
 
 
 def _first_called_name(source: str) -> str | None:

@@ -140,7 +140,22 @@ def _serve(job, exit_now, set_timer, real_timer, base_exception):
 
     timed = _call_timer(set_timer, real_timer, base_exception)
     namespace = {"__name__": "solution", "__builtins__": __builtins__}
-    respond = _responder(namespace, codec)
+    current = [0]  # the number of the judge's latest line: every reply echoes it
+
+    def call_back(callback_id, args, kwargs, encode_value, decode_value):
+        """A function the test passed in, called by the program: its arguments go to the judge, which runs it and
+        sends its result (or that it raised) on the next line."""
+        reply([current[0], "callback", callback_id, [encode_value(a) for a in args],
+               [[key, encode_value(value)] for key, value in kwargs.items()]])  # fmt: skip
+        line = requests.readline(max_message)
+        if not line:
+            exit_now(0)
+        current[0], outcome, value = loads(line)[:3]
+        if outcome != "returned":
+            raise RuntimeError(f"the test's function raised {value}")
+        return decode_value(value)
+
+    respond = _responder(namespace, codec, call_back)
     try:
         program = compile(job["program"], "solution.py", "exec")
     except base_exception:
@@ -154,8 +169,9 @@ def _serve(job, exit_now, set_timer, real_timer, base_exception):
         line = requests.readline(max_message)
         if not line:
             exit_now(0)
-        request_id, *request = loads(line)
-        reply([request_id, *timed(request[-1], lambda: respond(request))])  # noqa: B023 (called at once)
+        current[0], *request = loads(line)
+        outcome = timed(request[-1], lambda: respond(request))  # noqa: B023 (called at once)
+        reply([current[0], *outcome])
 
 
 def _call_timer(set_timer, real_timer, base_exception):
@@ -186,28 +202,36 @@ def _call_timer(set_timer, real_timer, base_exception):
     return timed
 
 
-def _responder(namespace, codec):
+def _responder(namespace, codec, call_back):
     """`respond(request)`: the answer to one get/call/getattr/text request on the program's namespace, as data.
     Objects that are not data stay here, as handles the judge can name in later requests."""
+    from itertools import chain
+
     encode, decode, max_items = codec["encode"], codec["decode"], codec["MAX_ITERATOR_ITEMS"]
     handles = []
+    iterators = {}
 
     def as_data(value):
         def fallback(obj, encode_inner):
             if hasattr(type(obj), "__next__"):  # a generator or other iterator: its items, up to a cap
-                items = []
+                taken = []
                 for item in obj:
-                    items.append(encode_inner(item))
-                    if len(items) > max_items:
+                    taken.append(item)
+                    if len(taken) > max_items:
                         break
                 else:
-                    return ["i", items]
+                    return ["i", [encode_inner(item) for item in taken]]
+                obj = chain(taken, obj)  # endless, or nearly: the judge takes its items as the test asks
             handles.append(obj)
             return ["h", len(handles) - 1]
 
         return encode(value, fallback)
 
     def resolve(handle_id):
+        if type(handle_id) is tuple:  # ("k", id): a function of the test's
+            callback_id = handle_id[1]
+            return lambda *args, **kwargs: call_back(callback_id, args, kwargs, as_data,
+                                                     lambda data: decode(data, resolve))  # fmt: skip
         return handles[handle_id]
 
     def target(spec):  # ["name", global name] or ["h", handle id]
@@ -219,9 +243,21 @@ def _responder(namespace, codec):
             name = request[1]
             if name not in namespace:
                 return [False]
-            return [True, as_data(namespace[name]), _imported_from(namespace[name])]
+            value = namespace[name]
+            return [True, as_data(value), _imported_from(value), isinstance(value, type)]
         if kind == "call":
             return _call(request, target, lambda data: decode(data, resolve), as_data)
+        if kind == "next":  # up to n items of an object the judge iterates, one batch at a time
+            spec, count = request[1], request[2]
+            key = repr(spec)
+            if key not in iterators:
+                iterators[key] = iter(target(spec))
+            items = []
+            for item in iterators[key]:
+                items.append(as_data(item))
+                if len(items) >= count:
+                    return [items, False]
+            return [items, True]
         if kind == "getattr":
             return [as_data(getattr(target(request[1]), request[2]))]
         return [as_data((repr if request[2] == "repr" else str)(target(request[1])))]  # "text"
@@ -249,9 +285,11 @@ def _call(request, target, decode, as_data):
     args = [decode(arg) for arg in args]
     kwargs = {key: decode(value) for key, value in kwargs}
     result = function(*args, **kwargs)
-    # The arguments after the call, for functions that change them in place (containers only).
-    after = [as_data(arg) if type(arg) in (list, dict, set, bytearray) else None for arg in args]
-    return [as_data(result), after]
+    # The arguments after the call, for functions that change them in place (containers only), positional and named.
+    changeable = (list, dict, set, bytearray)
+    after = [as_data(arg) if type(arg) in changeable else None for arg in args]
+    after_named = [as_data(value) if type(value) in changeable else None for value in kwargs.values()]
+    return [as_data(result), after, after_named]
 
 
 if __name__ == "__main__":

@@ -9,7 +9,8 @@ Fail closed. A test passes only when it ran to its end, made at least one call i
 compared was data the judge decoded. Names the tests use come from the dataset (the helpers the prompt defines, the
 setup code, the tests themselves), Python's builtins and standard library, the judge's own copy of a module the
 program imported, and only then from the program: where the row names its entry point, the program provides that
-name alone. The test shapes are in `shapes.py`.
+name alone. Which tests a test script holds is for pytest and unittest to say, by their own rules (`discovery.py`);
+a script whose tests cannot be collected is refused for the row, never run with some of them dropped.
 
 Runs in a `DeadlinePool` process (see `reward.py`): per-test alarms work here, and a test that runs away takes down a
 pool worker, not the trainer.
@@ -25,42 +26,54 @@ import os
 import signal
 import sys
 import time
-import unittest
+import types
 from typing import Any
 
-from . import sandbox
-from .remote import ABSENT, REPLY_GRACE_S, STARTUP_ALLOWANCE_S, Link, Remote  # noqa: F401 (kept importable)
-from .shapes import defined_names, parse
+from . import discovery, sandbox
+from .remote import ABSENT, MODULE_ALIASES, REPLY_GRACE_S, STARTUP_ALLOWANCE_S, Link, Remote  # noqa: F401
+from .source import defined_names, parse, without_runner_calls
 
 _BUILTIN_NAMES = frozenset(dir(builtins))
+# Conventional aliases and the modules behind them, which the judge imports for the tests by the tests' name.
+_ALIASED_MODULES = {**MODULE_ALIASES, **{name.split(".")[0]: name.split(".")[0] for name in MODULE_ALIASES.values()}}
 
 
 class SetupFailed(Exception):
     """The row's setup code (or its test script's top level) raised: every test of the row fails."""
 
 
+class Refused(Exception):
+    """No completion of this row can be judged (its tests cannot be collected, or it names no entry point)."""
+
+
 def judge_tests(job: dict) -> tuple[int, int, dict] | None:
     """(tests passed, tests run, report) for one row, or None when no sandbox could run the program.
 
-    `job`: program, tests (statements), shape (`shapes.Shape` as a dict), setup, helpers (code blocks from the
-    dataset), per_test_s, backend, limits (a `sandbox.Limits` as a dict). The report names what the row's data got
-    wrong: `uncalled` (tests that ran to their end without calling the program), `setup_error`, `missing_helpers`
-    (names the tests use that only the program defines, or whose helper block failed to run)."""
+    `job`: program, kind ("asserts": a list of statements, each one test; "script": one test script), tests,
+    entry_point, setup, helpers (code blocks from the dataset), per_test_s, estimated_tests (for the row's budget),
+    backend, limits (a `sandbox.Limits` as a dict). The report names what the row's data got wrong: `uncalled` (tests
+    that ran to their end without calling the program), `setup_error`, `missing_helpers` (names the tests use that
+    only the program defines, or whose helper block failed to run), and `refused` (why no completion of the row can
+    be judged: tests pytest cannot collect, a `check` with no entry point); a refused row is (0, 0, report)."""
     _undumpable()
-    shape = job["shape"]
-    total = len(shape["units"]) or 1 if shape["kind"] in ("unittest", "pytest") else len(job["tests"])
-    report: dict[str, Any] = {"uncalled": 0, "setup_error": None, "missing_helpers": []}
+    total = len(job["tests"]) if job["kind"] == "asserts" else job["estimated_tests"]
+    report: dict[str, Any] = {"uncalled": 0, "setup_error": None, "missing_helpers": [], "absent": []}
     row_deadline = time.monotonic() + (STARTUP_ALLOWANCE_S + job["per_test_s"]) * (total + 2)
     link = Link(job, row_deadline)
     try:
         if not link.ensure():
             return 0, total, report
         namespace = _test_namespace(job, link, report)
-        return _run_tests(job, namespace, link, report), total, report
+        if job["kind"] == "asserts":
+            return _run_asserts(job, namespace, link, report), total, report
+        return (*_run_script(job, namespace, link, report), report)
     except sandbox.SandboxUnavailable:
         return None
     except SetupFailed:
         return 0, total, report
+    except Refused as refusal:
+        report["refused"] = str(refusal)
+        return 0, 0, report
     except Exception as error:  # noqa: BLE001 (the tests or the program broke the judge: fail closed, say why)
         report["judge_error"] = f"{type(error).__name__}: {str(error)[:200]}"
         return 0, total, report
@@ -145,16 +158,18 @@ def _on_alarm(signum, frame):
 
 
 def _test_namespace(job: dict, link: Link, report: dict) -> dict:
-    entry_point = job["shape"].get("entry_point")
+    entry_point = job.get("entry_point")
     dataset_code = [*job["tests"], job.get("setup") or ""]
     helpers, failed_helpers = _run_helpers(job.get("helpers") or [], job["per_test_s"])
     free = set(referenced_names(dataset_code)) - bound_names(dataset_code)
-    wanted = [name for name in referenced_names(dataset_code) if name in free or name == entry_point]
+    # A module name is wanted even where another test binds it: statements share one namespace, in order.
+    modules = {name for name in referenced_names(dataset_code) if name in _ALIASED_MODULES or _is_stdlib_module(name)}
+    wanted = [name for name in referenced_names(dataset_code) if name in free | modules or name == entry_point]
     if entry_point and entry_point not in wanted:
         wanted.append(entry_point)
     # With a named entry point (HumanEval, BigCodeBench), the program provides that name alone: anything else the
     # tests use unimported is the dataset's (a helper such as `poly`), never the program's own version of it.
-    entry_only = bool(entry_point) and job["shape"]["kind"] != "asserts"
+    entry_only = bool(entry_point) and job["kind"] != "asserts"
     namespace: dict[str, Any] = {"__name__": "tests", "__builtins__": builtins}
     link.test_deadline = time.monotonic() + job["per_test_s"]  # looking the names up gets one test's budget
     for name in wanted:
@@ -164,12 +179,15 @@ def _test_namespace(job: dict, link: Link, report: dict) -> dict:
             report["missing_helpers"].append(name)  # its block did not run: no stand-in from the program either
         elif name != entry_point and name in _BUILTIN_NAMES:
             continue
-        elif name != entry_point and _is_stdlib_module(name):
-            with contextlib.suppress(ImportError):
-                namespace[name] = importlib.import_module(name)
+        elif name != entry_point and (_is_stdlib_module(name) or name in _ALIASED_MODULES):
+            # A module the tests name: the judge's own, by the tests' name alone (`np` is numpy whatever the
+            # program imported, or if it imported nothing).
+            with contextlib.suppress(Exception):
+                namespace[name] = importlib.import_module(_ALIASED_MODULES.get(name, name))
         else:
             found = _from_program(link, name)
             if found is ABSENT:
+                report["absent"].append(name)  # the program lacks a name the tests use: its failure, not the row's
                 continue
             if entry_only and name != entry_point and (isinstance(found, Remote) or not _is_judges(found)):
                 report["missing_helpers"].append(name)
@@ -182,7 +200,7 @@ def _test_namespace(job: dict, link: Link, report: dict) -> dict:
 
 def _from_program(link: Link, name: str) -> Any:
     try:
-        return link.get(name, class_name=name[:1].isupper())
+        return link.get(name)
     except Exception:  # noqa: BLE001 (a name the program cannot give is a name the tests do not have)
         return ABSENT
 
@@ -220,21 +238,80 @@ def _run_setup(code, namespace: dict, link: Link, budget_s: float, report: dict)
 # Running the tests
 
 
-def _run_tests(job: dict, namespace: dict, link: Link, report: dict) -> int:
-    shape, per_test_s = job["shape"], job["per_test_s"]
-    if shape["kind"] in ("asserts", "check", "script"):
-        sources = job["tests"]
-        if shape["kind"] == "check":
-            sources = [f"{sources[0]}\n\ncheck({shape['entry_point']})\n"]
-        tests = [compile(source, f"test_{i}.py", "exec") for i, source in enumerate(sources)]
-        return sum(_run_one(lambda test=test: exec(test, namespace), link, per_test_s, report) for test in tests)
-    # unittest and pytest shapes: the script's top level defines the tests (and imports what they use).
-    if not shape["units"]:  # TestCase classes without a test method: nothing to run, nothing shown
+def _run_asserts(job: dict, namespace: dict, link: Link, report: dict) -> int:
+    """Each statement one test, in one namespace. After the program's worker was restarted (a crash), the names and
+    the setup are made again before the next test: objects the setup made lived in the worker that is gone."""
+    tests = [compile(source, f"test_{i}.py", "exec") for i, source in enumerate(job["tests"])]
+    passed, generation = 0, link.generation
+    for test in tests:
+        if link.ensure() and link.generation != generation:
+            generation = link.generation
+            try:
+                namespace = _test_namespace(job, link, report)
+            except SetupFailed:
+                return passed
+        passed += _run_one(lambda test=test, names=namespace: exec(test, names), link, job["per_test_s"], report)
+    return passed
+
+
+def _run_script(job: dict, namespace: dict, link: Link, report: dict) -> tuple[int, int]:
+    """(passed, run) for a test script. It runs first as a module; then its tests are what pytest collects from it
+    (`discovery.py`); a script without any is HumanEval's `check(candidate)`, called on the row's entry point, or
+    else a plain script, itself one test."""
+    source, per_test_s = job["tests"][0], job["per_test_s"]
+    module = types.ModuleType("tests")
+    module.__dict__.update(namespace)
+    calls = link.calls
+    try:
+        _run_timed(compile(without_runner_calls(source), discovery.SCRIPT_NAME, "exec"), module.__dict__, per_test_s)
+    except BaseException as error:  # noqa: BLE001 (however the script fails, it is the program's or the dataset's)
+        if link.calls == calls and not report["absent"]:
+            raise Refused(f"the test script fails before any call into the program: {type(error).__name__}: "
+                          f"{str(error)[:200]}") from None  # fmt: skip
+        return 0, max(1, job["estimated_tests"])  # the program broke the script: every test of it fails
+    if discovery.might_hold_tests(module):
+        outcomes = _run_collected(module, source, link, per_test_s)
+        if outcomes:
+            report["uncalled"] += sum(outcome == "uncounted" for outcome in outcomes.values())
+            return sum(outcome == "passed" for outcome in outcomes.values()), len(outcomes)
+    if link.calls == calls and callable(module.__dict__.get("check")):
+        if not job.get("entry_point"):
+            raise Refused("a `check(candidate)` script and no entry_point column: which function to check is the "
+                          "row's to say")  # fmt: skip
+        candidate = module.__dict__.get(job["entry_point"])
+        return int(_run_one(lambda: module.__dict__["check"](candidate), link, per_test_s, report)), 1
+    if link.calls == calls:
         report["uncalled"] += 1
-        return 0
-    _run_setup(compile(job["tests"][0], "test_0.py", "exec"), namespace, link, per_test_s, report)
-    runner = _unittest_runner if shape["kind"] == "unittest" else _pytest_runner
-    return sum(_run_one(runner(namespace, unit), link, per_test_s, report) for unit in shape["units"])
+    return int(link.calls > calls), 1
+
+
+def _run_collected(module: types.ModuleType, source: str, link: Link, per_test_s: float) -> dict[str, str]:
+    """pytest's verdicts on the script's tests, each test under the judge's rules: the worker alive, the test's own
+    deadline and alarm, and at least one call into the program."""
+    alarm_at = [0.0]
+
+    def begin_test():
+        can_run = link.ensure()
+        link.test_deadline = time.monotonic() + per_test_s
+        alarm_at[0] = link.test_deadline + 2 * REPLY_GRACE_S
+        calls = link.calls
+        return lambda: can_run and link.calls > calls
+
+    @contextlib.contextmanager
+    def alarm():
+        signal.setitimer(signal.ITIMER_REAL, max(alarm_at[0] - time.monotonic(), 0.001))
+        try:
+            yield
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+
+    previous = signal.signal(signal.SIGALRM, _on_alarm)
+    try:
+        return discovery.run_collected(module, source, begin_test, alarm)
+    except discovery.CollectionFailed as error:
+        raise Refused(str(error)) from None
+    finally:
+        signal.signal(signal.SIGALRM, previous)
 
 
 def _run_one(action, link: Link, per_test_s: float, report: dict) -> bool:
@@ -254,24 +331,6 @@ def _run_one(action, link: Link, per_test_s: float, report: dict) -> bool:
         report["uncalled"] += 1
         return False
     return True
-
-
-def _unittest_runner(namespace: dict, unit: str):
-    def run() -> bool:
-        class_name, method = unit.split(".", 1)
-        result = unittest.TestResult()
-        unittest.TestSuite([namespace[class_name](method)]).run(result)
-        # Skipped or expected to fail is not passed: a program that raises SkipTest has shown nothing.
-        return result.testsRun == 1 and result.wasSuccessful() and not (result.skipped or result.expectedFailures)
-
-    return run
-
-
-def _pytest_runner(namespace: dict, unit: str):
-    def run() -> None:
-        namespace[unit]()
-
-    return run
 
 
 def _run_timed(code, namespace: dict | None, budget_s: float) -> Any:

@@ -4,14 +4,14 @@ chunks), and the dataset's helper code is found. Parsing only; nothing runs here
 
 from __future__ import annotations
 
+import ast
 import json
-from dataclasses import asdict
 from typing import Any
 
 from .judge import inspected_classes
 from .remote import STARTUP_ALLOWANCE_S
 from .sandbox import Limits
-from .shapes import Shape, script_shape
+from .source import defined_names, estimated_tests, top_level_call_argument, without_runner_calls
 
 MAX_TESTS_PER_RUN = 64  # fallback only: exit statuses are 8 bits: nonce + passed must stay clear of the reserved codes
 _PYTHON_FENCES = {"python", "python3", "py", "py3"}
@@ -110,35 +110,49 @@ def _plan_row(program, tests, io_tests, entry_point, setup, helpers, timeout_s, 
     statements = [tests] if isinstance(tests, str) else [str(t) for t in tests]
     if not statements or not _compiles([*statements, setup or ""]):
         raise Unjudgeable("tests missing or not valid Python")
-    if isinstance(tests, str):
-        shape = script_shape(tests, entry_point, "\n".join(helpers), program)
-    else:
-        shape = Shape("asserts", [], entry_point)
-    if shape.kind == "check" and not shape.entry_point:
-        shape.kind = "script"  # no entry point anywhere: the script runs as it is, and never calls the program
+    kind = "script" if isinstance(tests, str) else "asserts"
+    if kind == "script" and not entry_point:
+        entry_point = top_level_call_argument(tests, "check")  # the tests' own call; never the program's choice
     if inspected_classes([*statements, setup or "", *helpers]):
-        return _fallback_jobs(program, shape, statements, setup, timeout_s, limits)
-    total = len(shape.units) or 1 if shape.kind in ("unittest", "pytest") else len(statements)
+        return _fallback_jobs(program, kind, entry_point, statements, setup, timeout_s, limits)
+    total = len(statements) if kind == "asserts" else estimated_tests(statements[0])
     # CPU for the whole row (restarts after crashes included); the judge enforces the per-test deadlines itself.
     wall = (STARTUP_ALLOWANCE_S + timeout_s) * (total + 2)
-    job = {"program": program, "tests": statements, "shape": asdict(shape), "setup": setup or "", "helpers": helpers,
-           "per_test_s": timeout_s, "limits": _with_wall(limits, wall).__dict__}  # fmt: skip
+    job = {"program": program, "kind": kind, "tests": statements, "entry_point": entry_point, "setup": setup or "",
+           "helpers": helpers, "per_test_s": timeout_s, "estimated_tests": total,
+           "limits": _with_wall(limits, wall).__dict__}  # fmt: skip
     return [Job("judge", job, total, limits)]
 
 
-def _fallback_jobs(program, shape, statements, setup, timeout_s, limits) -> list[Job]:
-    """The weaker fallback: tests beside the program in the sandbox, each shape turned into test statements."""
-    mode = "asserts" if shape.kind == "asserts" else "script"
-    if shape.kind == "check":
-        statements = [f"{statements[0]}\n\ncheck({shape.entry_point})\n"]
-    elif shape.kind == "pytest":
-        mode, statements = "asserts", [f"{statements[0]}\n{unit}()\n" for unit in shape.units]
-    elif shape.kind == "unittest":
-        run = ("\nimport unittest as _unittest\n_result = _unittest.TestResult()\n"
-               "_unittest.TestSuite([{0}('{1}')]).run(_result)\n"
-               "assert _result.testsRun == 1 and _result.wasSuccessful() and not _result.skipped\n")  # fmt: skip
-        mode = "asserts"
-        statements = [statements[0] + run.format(*unit.split(".", 1)) for unit in shape.units] or ["assert False"]
+# The weaker fallback runs a script's tests inside the sandbox with unittest's loader and the script's argument-free
+# `test*` functions, all of them one test: a `test*` function that wants fixtures fails it (never dropped silently).
+_FALLBACK_RUNNER = """
+import inspect as _inspect, types as _types, unittest as _unittest
+_module = _types.ModuleType("tests")
+_module.__dict__.update(globals())
+_result = _unittest.TestResult()
+_suite = _unittest.defaultTestLoader.loadTestsFromModule(_module)
+_suite.run(_result)
+_functions = [_f for _n, _f in list(globals().items()) if _n.startswith("test") and _inspect.isfunction(_f)]
+for _function in _functions:
+    _function()
+if not (_result.testsRun or _functions) and {entry!r} and callable(globals().get("check")):
+    check(globals()[{entry!r}])
+assert _result.wasSuccessful() and not _result.skipped
+"""
+
+
+def _fallback_jobs(program, kind, entry_point, statements, setup, timeout_s, limits) -> list[Job]:
+    """The weaker fallback: tests beside the program in the sandbox (a script as one test, see above)."""
+    mode = "asserts"
+    if kind == "script":
+        if not entry_point and "check" in defined_names(statements[0]):
+            raise Unjudgeable("a check(candidate) script and no entry_point column")
+        if _needs_pytest(statements[0]):
+            raise Unjudgeable("tests that inspect the program's classes and take fixtures or parameters: the fallback "
+                              "runs them without pytest, and would fail them all")  # fmt: skip
+        script = ast.unparse(without_runner_calls(statements[0]))
+        statements = [script + "\n" + _FALLBACK_RUNNER.format(entry=entry_point or "")]
     jobs = []
     for start in range(0, len(statements), MAX_TESTS_PER_RUN):
         chunk = statements[start : start + MAX_TESTS_PER_RUN]
@@ -146,6 +160,18 @@ def _fallback_jobs(program, shape, statements, setup, timeout_s, limits) -> list
         wall = STARTUP_ALLOWANCE_S + timeout_s * (len(chunk) + 1)
         jobs.append(Job("tests", job, len(chunk), _with_wall(limits, wall)))
     return jobs
+
+
+def _needs_pytest(script: str) -> bool:
+    """Whether a script has a test that takes arguments (fixtures, parametrize): only pytest runs those. Top-level
+    functions take none, methods only `self`."""
+    tree = ast.parse(script)
+    tests = [(node, 0) for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    tests += [(item, 1) for node in tree.body if isinstance(node, ast.ClassDef) for item in node.body
+              if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))]  # fmt: skip
+    return any(
+        node.name.startswith("test") and len(node.args.posonlyargs + node.args.args) > own for node, own in tests
+    )
 
 
 def _compiles(sources: list[str]) -> bool:

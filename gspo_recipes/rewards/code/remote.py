@@ -24,7 +24,7 @@ ABSENT = object()
 
 # Methods of the built-in data types. A test that calls one on a program's result expects a str, list, set... : on
 # an object of the program's, the program would answer (`.startswith` that always says True). Refused, except on
-# instances of a class the tests construct by name (`Solution()`, `LRUCache(2)`: CapWords, decided by the tests).
+# instances of a class of the program's that the tests construct by name (`Solution()`, `LRUCache(2)`).
 _DATA_METHODS = frozenset(
     name for kind in (str, bytes, list, tuple, dict, set, frozenset, int, float, complex) for name in dir(kind)
 )
@@ -42,8 +42,8 @@ _NEVER_IMPORTED = {"antigravity", "this", "turtle", "tkinter", "idlelib", "webbr
 
 class Remote:
     """Something the program defined, living in the worker. Calls and attribute reads are forwarded and come back
-    as plain data (or as another `Remote`); everything else (comparison, truth, length, iteration) raises: an
-    object the model controls is never what a test compares."""
+    as plain data (or as another `Remote`), and so are the items of iterating it; everything else (comparison,
+    truth, length, hashing) raises: an object the model controls is never what a test compares."""
 
     __slots__ = ("_generation", "_link", "_open", "_target")
 
@@ -69,7 +69,10 @@ class Remote:
     def _refuse(self, *args):
         raise TypeError("an object of the program's is not plain data: it cannot be compared, counted or tested")
 
-    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = __bool__ = __len__ = __iter__ = __contains__ = _refuse
+    def __iter__(self):
+        return self._link.iterate(self)
+
+    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = __bool__ = __len__ = __contains__ = _refuse
     __index__ = __int__ = __float__ = __hash__ = __getitem__ = __add__ = __radd__ = __sub__ = __mul__ = _refuse
 
 
@@ -83,6 +86,7 @@ class Link:
         self.generation = 0
         self.failed_to_load = False
         self.calls = 0
+        self.callbacks: list = []  # functions the tests passed to the program, by the number it calls them with
         self.test_deadline = time.monotonic() + job["per_test_s"]
 
     def ensure(self) -> bool:
@@ -108,9 +112,11 @@ class Link:
         if self.worker is not None:
             self.worker.close()
 
-    def get(self, name: str, class_name: bool) -> Any:
+    def get(self, name: str) -> Any:
         """The program's value for a name the tests use: plain data, a `Remote`, the judge's own copy of a module or
-        class the program imported, or `ABSENT`."""
+        class the program imported, or `ABSENT`. Objects made by calling a class of the program's answer the methods
+        built-in types have (`Stack().pop()`); that is decided by what the name is, never by how it is spelled
+        (`Find_Max` is a function like any other)."""
         reply = self._request(["get", name])
         if not reply[0]:
             return ABSENT
@@ -118,25 +124,42 @@ class Link:
         if imported is not None:
             return judges_copy(name, imported)
         value = self._decode(reply[1])
-        return Remote(self, ["name", name], 0, open_=class_name) if isinstance(value, Remote) else value
+        is_class = len(reply) > 3 and reply[3] is True
+        return Remote(self, ["name", name], 0, open_=is_class) if isinstance(value, Remote) else value
 
     def call(self, remote: Remote, args: tuple, kwargs: dict) -> Any:
         self._check(remote)
         sent = [encode(arg, self._outgoing) for arg in args]
         named = [[key, encode(value, self._outgoing)] for key, value in kwargs.items()]
         self.calls += 1
-        result, after = self._request(["call", remote._target, sent, named])
-        result = self._decode(result, open_=remote._open and remote._target[0] == "name")
-        for original, changed in zip(args, after if type(after) is list else []):
+        reply = self._request(["call", remote._target, sent, named])
+        result = self._decode(reply[0], open_=remote._open and remote._target[0] == "name")
+        originals = [*args, *kwargs.values()]
+        changes = [*_as_list(reply[1] if len(reply) > 1 else None), *_as_list(reply[2] if len(reply) > 2 else None)]
+        for original, changed in zip(originals, changes):
             if changed is None:
                 continue
             changed = self._decode(changed)
             # An argument the program changed and returned (or returned a copy of) keeps its value from before the
-            # call: else `candidate(x) == x`, or `== sorted(x)`, would compare the result with itself. Decided here,
-            # on the judge's data, not on the worker's word.
+            # call until the test's statement ends: else `candidate(x) == x`, or `== sorted(x)`, would compare the
+            # result with itself. Decided here, on the judge's data, not on the worker's word.
             if result is None or type(result) is not type(changed) or result != changed:
                 _update_in_place(original, changed)
+            else:
+                _after_the_statement(lambda original=original, changed=changed: _update_in_place(original, changed))
         return result
+
+    def iterate(self, remote: Remote):
+        """The items of a program's iterable (an endless generator included), fetched a batch at a time as the test
+        takes them: each one data the judge decodes. Bounded by the test's deadline, like any call."""
+        self._check(remote)
+        while True:
+            items, done = self._request(["next", remote._target, 64])
+            if type(items) is not list:
+                raise WorkerGone("malformed items")
+            yield from (self._decode(item) for item in items)
+            if done is True:
+                return
 
     def forward(self, remote: Remote, request: list) -> Any:
         self._check(remote)
@@ -153,6 +176,8 @@ class Link:
         if budget <= 0:
             raise TimeoutError("the test's time is up")
         reply = self.worker.request([*request, budget], budget + REPLY_GRACE_S)
+        while reply[0] == "callback" and len(reply) == 4:  # the program calls a function the test passed in
+            reply = self.worker.request(self._called_back(*reply[1:]), self._budget() + REPLY_GRACE_S)
         if reply[0] == "ok":
             return reply[1:]
         if reply[0] == "raised" and len(reply) == 3:
@@ -162,13 +187,42 @@ class Link:
         self.worker.close()
         raise WorkerGone("unexpected reply")
 
+    def _budget(self) -> float:
+        budget = self.test_deadline - time.monotonic()
+        if budget <= 0:
+            raise TimeoutError("the test's time is up")
+        return budget
+
+    def _called_back(self, callback_id: Any, args: Any, kwargs: Any) -> list:
+        """Run the test's function on the program's arguments (decoded data, as results are) and answer with its
+        result as data, or that it raised: the message the worker waits for before the program goes on."""
+        if type(callback_id) is not int or not 0 <= callback_id < len(self.callbacks):
+            raise WorkerGone("a call back to a function the test never passed")
+        if type(args) is not list or type(kwargs) is not list:
+            raise WorkerGone("malformed call back")
+        try:
+            named = {str(pair[0]): self._decode(pair[1]) for pair in kwargs}
+            result = self.callbacks[callback_id](*[self._decode(arg) for arg in args], **named)
+            return ["returned", encode(result, self._outgoing)]
+        except Exception as error:  # noqa: BLE001 (the test's function raised: the program sees that it did)
+            return ["raised", type(error).__name__]
+
     def _decode(self, data: Any, open_: bool = False) -> Any:
-        return decode(data, lambda handle_id: Remote(self, ["h", handle_id], self.generation, open_))
+        def handle(handle_id):
+            if type(handle_id) is not int:
+                raise NotPlainData("a function of the test's cannot come back from the program")
+            return Remote(self, ["h", handle_id], self.generation, open_)
+
+        return decode(data, handle)
 
     def _outgoing(self, value: Any, encode_inner) -> list:
         if isinstance(value, Remote) and value._target[0] == "h":
             self._check(value)
             return value._target
+        if callable(value) and not isinstance(value, Remote):
+            # A function the test passes (a key, a predicate): the program calls it back, across the boundary.
+            self.callbacks.append(value)
+            return ["k", len(self.callbacks) - 1]
         raise NotPlainData(f"a {type(value).__name__} cannot be passed to the program")
 
 
@@ -181,7 +235,10 @@ def program_exception(name: Any) -> type:
 
 def judges_copy(name: str, imported: Any) -> Any:
     """The judge's own module (or class) for a name the tests use unimported and the program imported; `ABSENT`
-    when the claim is malformed or not one the judge accepts."""
+    when the claim is malformed or not one the judge accepts. A module is accepted only when the judge has it
+    already (the tests' own modules and aliases are imported by their names, see `judge.py`); a class only from the
+    judge's fixed list of modules: the program's imports never choose what the judge imports (naming an entry point
+    `torch.utils._sympy.solve` would import torch)."""
     if type(imported) is not list or len(imported) != 2 or not all(type(part) is str for part in imported):
         return ABSENT
     module_name, qualname = imported
@@ -191,8 +248,8 @@ def judges_copy(name: str, imported: Any) -> Any:
     if qualname:  # a class: from the usual modules, under its own name
         if top not in _CLASS_MODULES or qualname != name:
             return ABSENT
-    elif name not in (top, module_name.split(".")[-1]) and MODULE_ALIASES.get(name) != module_name:
-        return ABSENT
+    elif name not in (top, module_name.split(".")[-1]) or module_name not in sys.modules:
+        return ABSENT  # a module the judge has not imported itself: it imports nothing a program names
     if top not in sys.modules and importlib.util.find_spec(top) is None:
         return ABSENT
     try:
@@ -200,6 +257,37 @@ def judges_copy(name: str, imported: Any) -> Any:
         return getattr(value, qualname) if qualname else value
     except Exception:  # noqa: BLE001 (a module that fails to import here is simply not there for the tests)
         return ABSENT
+
+
+def _as_list(value: Any) -> list:
+    return value if type(value) is list else []
+
+
+def _after_the_statement(action) -> None:
+    """Run `action` when the test's frame that made the current call reaches its next line (or returns): the end
+    of the statement, as the test reads it. Uses the frame's own trace hook (`frame.f_trace`), which Python calls only
+    while a thread trace function is set, so one is set for that long (it traces no other frame)."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename == __file__:
+        frame = frame.f_back
+    if frame is None:
+        action()
+        return
+    previous_global = sys.gettrace()
+    previous_local = frame.f_trace
+
+    def on_event(event_frame, event, arg):
+        if event in ("line", "return"):
+            event_frame.f_trace = previous_local
+            sys.settrace(previous_global)
+            action()
+            return previous_local
+        return on_event
+
+    if previous_global is None:
+        sys.settrace(lambda *_: None)
+    frame.f_trace_lines = True
+    frame.f_trace = on_event
 
 
 def _update_in_place(original: Any, changed: Any) -> None:

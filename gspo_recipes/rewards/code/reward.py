@@ -1,10 +1,11 @@
 """Code rewards: run the completion's Python against the row's tests, in the sandbox, in parallel.
 
 Test columns (one of them per row; MBPP's `test_list`, HumanEval's `test` and APPS' `input_output` also work):
-  tests     a list of assert statements (MBPP), each scored on its own; or one test script in one of the shapes
-            `shapes.py` lists: HumanEval's `def check(candidate)` (called with `entry_point`, or with the function
-            the prompt or program defines last), `unittest.TestCase` classes (BigCodeBench), pytest-style
-            `def test_...()` functions, or a plain script of asserts.
+  tests     a list of assert statements (MBPP), each scored on its own; or one test script, whose tests are what
+            pytest collects from it (`unittest.TestCase` classes by unittest's own loader, as BigCodeBench has
+            them; `test_...` functions with parametrize and fixtures), else HumanEval's `def check(candidate)`
+            (called with the row's `entry_point`, or the function the script's own `check(...)` names: never a
+            guess), else a plain script of asserts, one test (`discovery.py`).
   io_tests  stdin/stdout pairs (APPS, CodeContests): a list of {"input", "output"} dicts, or {"inputs": [...],
             "outputs": [...]}, or either as a JSON string. The whole output must match, line by line, after trailing
             whitespace is stripped; every case runs in its own process.
@@ -115,7 +116,7 @@ def _score(completions, reward, columns, timeout_s, memory_mb, backend, log_metr
     for plan, row_outcomes in zip(plans, outcomes):
         if plan == _FAILED:
             scores.append(0.0)
-        elif row_outcomes is None or any(outcome is None for outcome in row_outcomes):
+        elif row_outcomes is None or any(outcome is None or outcome[1] == 0 for outcome in row_outcomes):
             scores.append(None)
         else:
             scores.append(sum(o[0] for o in row_outcomes) / sum(o[1] for o in row_outcomes))
@@ -181,6 +182,10 @@ def _report(reward, plans, outcomes, log_metric) -> None:
             problems["setup_error"] += 1
             _warn_once("setup_error", "%s: row of completion %d: the row's setup code fails before any call into "
                        "the program (%s): every test fails", reward, index, errors[0])  # fmt: skip
+        refusals = [r["refused"] for r in reports if r.get("refused")]
+        if refusals:
+            _warn_once("refused", "%s: row of completion %d cannot be judged (scored None): %s", reward, index,
+                       refusals[0])  # fmt: skip
         failures = [r["judge_error"] for r in reports if r.get("judge_error")]
         if failures:
             _log_failure(reward, index, f"the judge failed: {failures[0]}")

@@ -1,15 +1,24 @@
 """Plain data across the sandbox boundary: tagged JSON of built-in values, with depth and size caps.
 
-What crosses between the judge and the sandboxed worker is never pickle or marshal: only None, bool, int, float,
-complex, str, bytes, bytearray, list, tuple, dict, set, frozenset and range, plus opaque handles (`["h", id]`) that
-name an object the worker keeps. Decoding builds fresh built-in objects, so nothing the model wrote (an `__eq__`
-that is always true, an `int` subclass) reaches a comparison in the judge.
+What crosses between the judge and the sandboxed worker is never pickle or marshal, only values of the types a
+result is honestly made of: None, bool, int, float, complex, str, bytes, bytearray, list, tuple, dict, set,
+frozenset, range; the standard library's Counter, defaultdict (of a built-in factory), OrderedDict, deque,
+namedtuple, Fraction, Decimal and dict views; numpy's scalars and arrays of numbers or text; plus opaque handles
+(`["h", id]`) that name an object the worker keeps. The rule is the exact type (a subclass is not data), and
+decoding builds fresh objects of the decoder's own classes, so nothing the model wrote (an `__eq__` that is always
+true, an `int` subclass) reaches a comparison in the judge.
+
+Decoding is bounded in size, depth and work: no more than `MAX_HASH_COLLISIONS` distinct values of any hashable type
+(numbers, tuples, frozensets, Fractions...) may share one hash, so neither a set the decoder builds nor one the test
+builds from the result can be made to take quadratic time (a flood of `k * (2**61 - 1)` ints or of tuples of them).
 
 This file is also prepended to the harness source that runs inside the sandbox (see `sandbox.py`): standard library
 only, no `from __future__` import.
 """
 
+import collections
 import json
+import sys
 
 MAX_DEPTH = 100
 MAX_NODES = 1_000_000
@@ -19,10 +28,16 @@ _SMALL_INT = 1 << 1000  # beyond this, ints cross as hex text (decimal text is c
 # Caps that bound the work decoding (and a test's first look at the result) can cost, in time as well as in size:
 MAX_INT_HEX_DIGITS = 1 << 15  # ints up to 131,072 bits
 MAX_RANGE_LEN = MAX_NODES  # a test summing range(10**18) would run in C, where no alarm reaches it
-# Ints, floats and complex numbers hash the same in every process: a program can send many distinct values that share
-# one hash (k * (2**61 - 1) + c, complex(c - 1000003 * i, i)), so that a set or dict of them, built here or by the
-# test, takes quadratic time. Distinct numbers sharing a hash are rare in honest data.
+# Numbers, and so tuples and frozensets of them, hash the same in every process: a program can send many distinct
+# values that share one hash (k * (2**61 - 1) + c, complex(c - 1000003 * i, i), tuples of those), so that a set or
+# dict of them, built here or by the test, takes quadratic time. Distinct values sharing a hash are rare in honest data.
+# (str and bytes hashes are salted per process: the program cannot aim them.)
 MAX_HASH_COLLISIONS = 256
+MAX_DECIMAL_CHARS = 4300
+# A defaultdict crosses with its factory only when that is one of these (by name): a factory is code, not data.
+_FACTORIES = {"int": int, "float": float, "str": str, "list": list, "dict": dict, "set": set, "tuple": tuple,
+              "frozenset": frozenset, "bool": bool, "complex": complex, "bytes": bytes}  # fmt: skip
+_NUMPY_KINDS = "biufcU"  # bool, integers, floats, complex numbers, text
 
 
 class NotPlainData(TypeError):
@@ -43,13 +58,20 @@ class _Budget:
             raise NotPlainData("value too large or too deeply nested")
 
     def number(self, value):
-        """`value` (an int, float or complex), after counting it against the hash-collision cap."""
+        """`value` (any hashable value whose hash the sender can aim), after counting it against the cap."""
         first = self.hashes.setdefault(hash(value), value)
-        if first is not value and first != value:
+        if first is not value and _differs(first, value):
             self.collisions += 1
             if self.collisions > MAX_HASH_COLLISIONS:
-                raise NotPlainData("too many distinct numbers sharing a hash")
+                raise NotPlainData("too many distinct values sharing a hash")
         return value
+
+
+def _differs(first, value):
+    try:
+        return bool(first != value)
+    except Exception:  # noqa: BLE001 (a numpy scalar beside a tuple: count it as a collision, the safe side)
+        return True
 
 
 def encode(value, fallback=None):
@@ -73,18 +95,53 @@ def _encode(value, handle, budget, depth):
         return ["b" if kind is bytes else "B", value.decode("latin-1")]
     if kind is range:
         return ["r", value.start, value.stop, value.step]
+    inner = lambda item: _encode(item, handle, budget, depth + 1)  # noqa: E731
     tag = _CONTAINER_TAGS.get(kind)
-    if tag == "d":
-        return ["d", [[_encode(k, handle, budget, depth + 1), _encode(v, handle, budget, depth + 1)]
-                      for k, v in value.items()]]  # fmt: skip
+    if tag in ("d", "C", "O", "T"):
+        return [tag, [[inner(k), inner(v)] for k, v in (value if tag == "T" else value.items())]]
     if tag is not None:
-        return [tag, [_encode(item, handle, budget, depth + 1) for item in value]]
+        return [tag, [inner(item) for item in value]]
+    special = _encode_special(value, kind, inner)
+    if special is not None:
+        return special
     if handle is None:
         raise NotPlainData(f"a {kind.__name__} is not plain data")
     return handle(value, lambda inner: _encode(inner, handle, budget, depth + 1))
 
 
-_CONTAINER_TAGS = {list: "l", tuple: "t", set: "S", frozenset: "F", dict: "d"}
+_CONTAINER_TAGS = {list: "l", tuple: "t", set: "S", frozenset: "F", dict: "d", collections.Counter: "C",
+                   collections.OrderedDict: "O", type({}.keys()): "K", type({}.values()): "V",
+                   type({}.items()): "T"}  # fmt: skip
+
+
+def _loaded(module, name):
+    """A class of a module only where that module is loaded (no value can be of it otherwise): the sandbox's start
+    does not pay for importing fractions and decimal."""
+    return getattr(sys.modules.get(module), name, _loaded)
+
+
+def _encode_special(value, kind, inner):
+    """The standard library's data types that carry more than their items, and numpy's; None for anything else."""
+    if kind is collections.defaultdict:
+        factory = value.default_factory
+        name = getattr(factory, "__name__", None) if factory is not None else None
+        if factory is not None and _FACTORIES.get(name) is not factory:
+            return None  # a factory of the program's own is code: the object stays in the worker
+        return ["D", name, [[inner(k), inner(v)] for k, v in value.items()]]
+    if kind is collections.deque:
+        return ["Q", value.maxlen, [inner(item) for item in value]]
+    if kind is _loaded("fractions", "Fraction"):
+        return ["R", inner(value.numerator), inner(value.denominator)]
+    if kind is _loaded("decimal", "Decimal"):
+        return ["M", str(value)]
+    if tuple in kind.__bases__ and len(kind.__bases__) == 1 and type(getattr(kind, "_fields", None)) is tuple:
+        return ["N", kind.__name__, list(kind._fields), [inner(item) for item in value]]  # a namedtuple
+    if kind.__module__ == "numpy" and hasattr(value, "dtype") and getattr(value.dtype, "kind", "") in _NUMPY_KINDS:
+        if kind.__name__ == "ndarray":
+            return ["a", value.dtype.str, list(value.shape), [inner(item) for item in value.ravel().tolist()]]
+        if hasattr(value, "item") and value.shape == ():
+            return ["n", value.dtype.str, inner(value.item())]
+    return None
 
 
 def decode(data, handle=None):
@@ -92,7 +149,7 @@ def decode(data, handle=None):
     Anything malformed (unhashable set items, a float out of range) raises `NotPlainData`."""
     try:
         return _decode(data, handle, _Budget(), 0)
-    except (TypeError, ValueError, OverflowError) as error:
+    except (TypeError, ValueError, OverflowError, ArithmeticError, ImportError) as error:
         if isinstance(error, NotPlainData):
             raise
         raise NotPlainData(f"malformed data: {type(error).__name__}") from None
@@ -120,16 +177,132 @@ def _decode(data, handle, budget, depth):
         return _capped_range(*rest)
     if tag == "h" and len(rest) == 1 and type(rest[0]) is int and handle is not None:
         return handle(rest[0])
+    if tag == "k" and len(rest) == 1 and type(rest[0]) is int and handle is not None:
+        return handle(("k", rest[0]))  # a function of the judge's (the test's), called back across the boundary
+    if tag == "M" and len(rest) == 1 and type(rest[0]) is str and len(rest[0]) <= MAX_DECIMAL_CHARS:
+        import decimal
+
+        return budget.number(decimal.Decimal(rest[0]))
+    inner = lambda item: _decode(item, handle, budget, depth + 1)  # noqa: E731
+    if tag in _SPECIAL_DECODERS:
+        return _SPECIAL_DECODERS[tag](rest, inner, budget)
     if len(rest) != 1 or type(rest[0]) is not list:
         raise NotPlainData(f"malformed data tagged {tag!r}")
     items = rest[0]
-    if tag == "d":
-        pairs = [_pair(item, handle, budget, depth + 1) for item in items]
-        return dict(pairs)
-    maker = {"l": list, "t": tuple, "S": set, "F": frozenset, "i": iter}.get(tag)
+    if tag in _MAPPINGS:
+        return _MAPPINGS[tag](_pair(item, handle, budget, depth + 1) for item in items)
+    maker = {"l": list, "t": tuple, "S": set, "F": frozenset, "i": iter, "K": _keys, "V": _values}.get(tag)
     if maker is None:
         raise NotPlainData(f"unknown tag {tag!r}")
-    return maker([_decode(item, handle, budget, depth + 1) for item in items])
+    value = maker([inner(item) for item in items])
+    return budget.number(value) if tag in ("t", "F") and _hashable(value) else value
+
+
+_MAPPINGS = {
+    "d": dict,
+    "C": lambda pairs: collections.Counter(dict(pairs)),
+    "O": collections.OrderedDict,
+    "T": lambda pairs: dict(pairs).items(),
+}
+
+
+def _keys(items):
+    return dict.fromkeys(items).keys()
+
+
+def _values(items):
+    return dict(enumerate(items)).values()
+
+
+def _hashable(value):
+    try:
+        hash(value)
+    except TypeError:  # a tuple holding a list
+        return False
+    return True
+
+
+def _decode_defaultdict(rest, inner, budget):
+    if len(rest) != 2 or not (rest[0] is None or rest[0] in _FACTORIES) or type(rest[1]) is not list:
+        raise NotPlainData("malformed defaultdict")
+    pairs = [_pair_of(item, inner) for item in rest[1]]
+    return collections.defaultdict(_FACTORIES.get(rest[0]), pairs)
+
+
+def _decode_deque(rest, inner, budget):
+    if len(rest) != 2 or not (rest[0] is None or type(rest[0]) is int) or type(rest[1]) is not list:
+        raise NotPlainData("malformed deque")
+    return collections.deque([inner(item) for item in rest[1]], rest[0])
+
+
+def _decode_fraction(rest, inner, budget):
+    if len(rest) != 2:
+        raise NotPlainData("malformed Fraction")
+    numerator, denominator = inner(rest[0]), inner(rest[1])
+    if type(numerator) is not int or type(denominator) is not int or denominator <= 0:
+        raise NotPlainData("malformed Fraction")
+    import fractions
+
+    return budget.number(fractions.Fraction(numerator, denominator))
+
+
+_NAMEDTUPLES = {}
+
+
+def _decode_namedtuple(rest, inner, budget):
+    if len(rest) != 3 or type(rest[0]) is not str or type(rest[1]) is not list or type(rest[2]) is not list:
+        raise NotPlainData("malformed namedtuple")
+    name, fields = rest[0], tuple(rest[1])
+    if not (name.isidentifier() and len(fields) == len(rest[2]) <= 255 and len(name) <= 100):
+        raise NotPlainData("malformed namedtuple")
+    if not all(type(field) is str and field.isidentifier() and not field.startswith("_") for field in fields):
+        raise NotPlainData("malformed namedtuple")
+    key = (name, fields)
+    if key not in _NAMEDTUPLES:  # the decoder's own class, made once per name and fields (and only so many)
+        if len(_NAMEDTUPLES) >= 1000:
+            raise NotPlainData("too many namedtuple types")
+        _NAMEDTUPLES[key] = collections.namedtuple(name, fields)
+    value = _NAMEDTUPLES[key](*[inner(item) for item in rest[2]])
+    return budget.number(value) if _hashable(value) else value
+
+
+def _decode_numpy(rest, inner, budget):
+    import numpy  # only where numpy data crossed: the sender had it, and the judge has its own
+
+    array = rest[0] == "a"
+    rest = rest[1:]
+    if (len(rest) != (3 if array else 2)) or type(rest[0]) is not str or len(rest[0]) > 16:
+        raise NotPlainData("malformed numpy value")
+    dtype = numpy.dtype(rest[0])
+    if dtype.kind not in _NUMPY_KINDS:
+        raise NotPlainData("a numpy value of a kind that is not data")
+    if not array:
+        return budget.number(dtype.type(inner(rest[1])))
+    shape, items = rest[1], rest[2]
+    if type(shape) is not list or not all(type(n) is int and n >= 0 for n in shape) or type(items) is not list:
+        raise NotPlainData("malformed numpy array")
+    values = [inner(item) for item in items]
+    if len(shape) > 32 or _product(shape) != len(values):
+        raise NotPlainData("malformed numpy array")
+    return numpy.array(values, dtype=dtype).reshape(shape)
+
+
+def _product(numbers):
+    total = 1
+    for n in numbers:
+        total *= n
+    return total
+
+
+def _pair_of(item, inner):
+    if type(item) is not list or len(item) != 2:
+        raise NotPlainData("malformed dict item")
+    return inner(item[0]), inner(item[1])
+
+
+_SPECIAL_DECODERS = {"D": _decode_defaultdict, "Q": _decode_deque, "R": _decode_fraction, "N": _decode_namedtuple,
+                     "n": lambda rest, inner, budget: _decode_numpy(["n", *rest], inner, budget),
+                     "a": lambda rest, inner, budget: _decode_numpy(["a", *rest], inner, budget)}  # fmt: skip
 
 
 def _hex_int(text):

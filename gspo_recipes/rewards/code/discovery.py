@@ -1,0 +1,139 @@
+"""Which tests a test script holds, and how each went, by the runners' own rules: pytest collects and runs them.
+
+The script has already run as a module in the judge (the program's names bound to `Remote` stand-ins, see
+`judge.py`); pytest then collects from that module object as it would from the file: `test*` functions and `Test*`
+classes with their parametrize, fixtures and marks, and `unittest.TestCase` subclasses through unittest's own loader
+(subclasses, mixins, aliases, methods added at run time, `expectedFailure`, `subTest`). Every collected test counts.
+
+A test passes when every report on it passed (each subtest included), or when it failed as its `xfail` or
+`expectedFailure` said it would; skipped is not passed. Coroutine tests run on `asyncio.run`, through the
+`pytest_pyfunc_call` hook pytest documents for this. A script pytest cannot collect is refused for the row
+(`CollectionFailed`, naming why): never run with some of its tests silently dropped.
+
+pytest runs in-process with only its own plugins (no plugin autoload, no conftest files, no cache, plain asserts), on
+a copy of the script in a fresh temporary folder (for its node ids and tracebacks only: nothing imports it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import os
+import tempfile
+import types
+import unittest
+from collections.abc import Callable
+
+import pytest
+
+SCRIPT_NAME = "test_row.py"
+_PYTEST_ARGS = ["-q", "-s", "--assert=plain", "--disable-plugin-autoload", "--noconftest", "-p", "no:cacheprovider",
+                "-p", "no:faulthandler", "-p", "no:stepwise", "-W", "ignore"]  # fmt: skip
+
+
+class CollectionFailed(Exception):
+    """pytest could not collect the script's tests (the dataset's problem, the same for every completion)."""
+
+
+def might_hold_tests(module: types.ModuleType) -> bool:
+    """Whether pytest's default rules could collect anything from `module` (a cheap superset of them: a `test*`
+    callable, a `Test*` class, a `TestCase` subclass), so that scripts without tests (HumanEval's `check`) skip it."""
+    for name, value in list(vars(module).items()):
+        if isinstance(value, type):
+            if name.startswith("Test") or issubclass(value, unittest.TestCase):
+                return True
+        elif name.startswith("test") and callable(value):
+            return True
+    return False
+
+
+def run_collected(module: types.ModuleType, source: str, begin_test: Callable[[], Callable[[], bool]],
+                  around_phase: Callable[[], contextlib.AbstractContextManager]) -> dict[str, str]:  # fmt: skip
+    """{test id: "passed" | "failed" | "uncounted"} for every test pytest collects from `module` (`source` is its
+    text). `begin_test()` is called as each test starts and returns `counts()`, asked as it ends: False makes a test
+    the runner passed "uncounted" (the judge's rule: it never called the program). `around_phase()` wraps each of a
+    test's setup, call and teardown (the judge's alarm)."""
+    plugin = _RowPlugin(module, begin_test, around_phase)
+    for name in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS"):  # the trainer's environment does not configure the judge
+        os.environ.pop(name, None)
+    with tempfile.TemporaryDirectory(prefix="gspo-judge-") as folder:
+        path = os.path.join(folder, SCRIPT_NAME)
+        with open(path, "w", encoding="utf-8") as script:
+            script.write(source)
+        ini = os.path.join(folder, "pytest.ini")
+        with open(ini, "w", encoding="utf-8") as config:
+            config.write("[pytest]\n")
+        with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+            pytest.main([path, "-c", ini, "--rootdir", folder, *_PYTEST_ARGS], plugins=[plugin])
+    if plugin.collection_error is not None:
+        raise CollectionFailed(plugin.collection_error)
+    return {test: plugin.outcome(test) for test in plugin.collected}
+
+
+class _RowPlugin:
+    def __init__(self, module, begin_test, around_phase):
+        self.module, self.begin_test, self.around_phase = module, begin_test, around_phase
+        self.collected: list[str] = []
+        self.collection_error: str | None = None
+        self.failed: set[str] = set()
+        self.ended_well: set[str] = set()  # the call phase passed, or failed as xfail said it would
+        self.uncounted: set[str] = set()
+
+    def outcome(self, test: str) -> str:
+        if test not in self.ended_well or test in self.failed:
+            return "failed"
+        return "uncounted" if test in self.uncounted else "passed"
+
+    def pytest_pycollect_makemodule(self, module_path, parent):
+        collector = pytest.Module.from_parent(parent, path=module_path)
+        collector.obj = self.module  # the module the judge ran; pytest does not import the file
+        return collector
+
+    def pytest_collectreport(self, report):
+        if report.failed and self.collection_error is None:
+            lines = str(report.longrepr).strip().splitlines()
+            self.collection_error = f"{SCRIPT_NAME}: {lines[-1] if lines else 'collection failed'}"[:300]
+
+    def pytest_collection_finish(self, session):
+        self.collected = [item.nodeid for item in session.items]
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_protocol(self, item, nextitem):
+        counts = self.begin_test()
+        try:
+            return (yield)
+        finally:
+            if not counts():
+                self.uncounted.add(item.nodeid)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_setup(self, item):
+        with self.around_phase():
+            return (yield)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item):
+        with self.around_phase():
+            return (yield)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_teardown(self, item, nextitem):
+        with self.around_phase():
+            return (yield)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_pyfunc_call(self, pyfuncitem):
+        function = pyfuncitem.obj
+        if not inspect.iscoroutinefunction(function):
+            return None
+        names = inspect.signature(function).parameters
+        asyncio.run(function(**{name: value for name, value in pyfuncitem.funcargs.items() if name in names}))
+        return True
+
+    def pytest_runtest_logreport(self, report):
+        if report.failed:
+            self.failed.add(report.nodeid)
+        elif report.when == "call" and getattr(report, "context", None) is None:  # the test, not one of its subtests
+            if report.passed or hasattr(report, "wasxfail"):
+                self.ended_well.add(report.nodeid)
