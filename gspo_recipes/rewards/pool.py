@@ -67,7 +67,7 @@ class _Batch:
 
     function: str
     items: Sequence[tuple]
-    deadline_s: float
+    deadlines_s: Sequence[float]
     on_timeout: Any
     on_error: Any
     results: list[Any] = dataclasses.field(init=False)
@@ -97,16 +97,21 @@ class DeadlinePool:
         function: str,
         items: Sequence[tuple],
         *,
-        deadline_s: float,
+        deadline_s: float | Sequence[float],
         on_timeout: Any = None,
         on_error: Any = None,
     ) -> list[Any]:
-        """Call `function(*item)` for every item; each call gets `deadline_s` seconds from when a worker takes it.
+        """Call `function(*item)` for every item; each call gets `deadline_s` seconds from when a worker takes it
+        (one figure for all, or one per item: a short item's stall is cut at its own deadline, not the batch's
+        longest).
 
         An item whose worker overruns or dies gets `on_timeout`; one whose call raises gets `on_error`. Raises
         `PoolUnavailable` only when no worker can be started at all.
         """
-        batch = _Batch(function, items, deadline_s, on_timeout, on_error)
+        deadlines = [float(deadline_s)] * len(items) if isinstance(deadline_s, (int, float)) else list(deadline_s)
+        if len(deadlines) != len(items):
+            raise ValueError(f"{len(deadlines)} deadlines for {len(items)} items")
+        batch = _Batch(function, items, deadlines, on_timeout, on_error)
         if not items:
             return batch.results
         with self._lock:
@@ -145,7 +150,7 @@ class DeadlinePool:
                     batch.queue.appendleft(index)
                     self._replace(worker, batch, "died while idle")
                     continue
-                batch.busy[worker] = (index, time.monotonic() + batch.deadline_s)
+                batch.busy[worker] = (index, time.monotonic() + batch.deadlines_s[index])
 
     def _take_messages(self, batch: _Batch, timeout_s: float) -> None:
         """Wait up to `timeout_s` for workers to report: ready, a result, an error, or (by hanging up) their death."""
