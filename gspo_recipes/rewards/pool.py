@@ -170,11 +170,14 @@ class DeadlinePool:
                 worker.ready = True
                 self._failed_starts = 0
             else:
-                kind, index, value = message
+                kind, index, value, retiring = message
                 batch.results[index] = value if kind == "ok" else batch.on_error
                 if kind != "ok":
                     logger.warning("reward worker task %s failed: %s", batch.function, value)
                 batch.busy.pop(worker, None)
+                if retiring:  # it leaked descriptors: a fresh one takes its place before it is given more
+                    logger.info("reward worker %d leaked descriptors; replaced", worker.process.pid)
+                    self._replace(worker, batch, "leaked descriptors")
 
     def _replace_overdue(self, batch: _Batch) -> None:
         now = time.monotonic()
@@ -258,8 +261,9 @@ def _worker_main(parent_pid: int, preload: Sequence[str]) -> None:
     os.dup2(2, 1)  # stray prints from libraries must not corrupt the reply pipe
     for module in preload:
         importlib.import_module(module)
-    replies.send(("ready",))
     functions: dict[str, Callable] = {}
+    descriptors = _open_descriptors()
+    replies.send(("ready",))
     while True:
         try:
             index, name, args = commands.recv()
@@ -269,9 +273,23 @@ def _worker_main(parent_pid: int, preload: Sequence[str]) -> None:
             if name not in functions:
                 module, _, attribute = name.partition(":")
                 functions[name] = getattr(importlib.import_module(module), attribute)
-            replies.send(("ok", index, functions[name](*args)))
+                descriptors = _open_descriptors()  # what importing opened is kept on purpose
+            reply = ("ok", index, functions[name](*args))
         except Exception as error:  # the item's problem; report and keep serving
-            replies.send(("error", index, f"{type(error).__name__}: {error}"))
+            reply = ("error", index, f"{type(error).__name__}: {error}")
+        # A task leaves the worker with the descriptors it found, or the worker retires: one that leaked would run
+        # out of them and fail every later item. The reply says so, and the pool replaces it.
+        retiring = _open_descriptors() > descriptors
+        replies.send((*reply, retiring))
+        if retiring:
+            return
+
+
+def _open_descriptors() -> int:
+    try:
+        return len(os.listdir("/proc/self/fd")) - 1  # the listing's own descriptor
+    except OSError:
+        return 0
 
 
 def _die_with_parent(parent_pid: int) -> None:

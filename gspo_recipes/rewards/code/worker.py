@@ -22,6 +22,7 @@ import signal
 import time
 
 from . import sandbox
+from .attempt_limits import Watchdog
 from .isolation import uid_slot
 from .wire import MAX_MESSAGE_BYTES, NotPlainData, dumps, loads
 
@@ -44,7 +45,7 @@ class WorkerProcess:
 
     def __init__(self, backend: str, program: str, per_test_s: float, limits: sandbox.Limits):
         self.namespaced = backend != "plain"
-        self.requests = self.replies = self.process = None
+        self.requests = self.replies = self.process = self._guard = self._watchdog = None
         self._cleanup = lambda: None
         self._uid = uid_slot()
         uid = self._uid.__enter__()
@@ -57,7 +58,14 @@ class WorkerProcess:
                 self.process, job_write, self._cleanup = sandbox._spawn(
                     backend, uid, limits, (request_read, reply_write), False, False, False
                 )
+            # The attempt's limits, before the job is written (no model code has run yet); its reader is the judge,
+            # so a thread checks them.
+            self._guard = sandbox.attempt_guard(self.process.pid, limits, sandbox.orphan_uid(backend, uid))
+            process, namespaced, guard = self.process, self.namespaced, self._guard
+            self._watchdog = Watchdog(guard, lambda why: sandbox.kill_without_reaping(process, namespaced, guard))
         except BaseException:
+            if self.process is not None:  # spawned: its job pipe is ours to close
+                os.close(job_write)
             self.end()
             raise
         job = {"mode": "serve", "program": program, "per_test_s": per_test_s, "rlimits": limits.rlimits(),
@@ -78,17 +86,24 @@ class WorkerProcess:
         """Close the pipes, kill what is left of the process group, reap it and give its uid back. Every step runs
         even when an earlier one raises, and the judge's alarm waits until they have."""
         requests, replies, process, cleanup = self.requests, self.replies, self.process, self._cleanup
-        self.requests = self.replies = self.process = None
+        guard, watchdog = self._guard, self._watchdog
+        self.requests = self.replies = self.process = self._guard = self._watchdog = None
         self._cleanup = lambda: None
         with _alarms_held(), contextlib.ExitStack() as steps:  # callbacks run last to first
             steps.callback(self._uid.__exit__, None, None, None)
             steps.callback(cleanup)
+            if guard is not None:
+                steps.callback(guard.close)
             if replies is not None:
                 steps.callback(os.close, replies)
             if process is not None:
                 steps.callback(_end_process, process, self.namespaced)
             if requests is not None:
-                steps.callback(os.close, requests)  # first: a worker waiting for a request exits on its own
+                steps.callback(os.close, requests)
+            if guard is not None:
+                steps.callback(guard.kill_all)  # before the pipe closes: its processes in new sessions too
+            if watchdog is not None:
+                steps.callback(watchdog.stop)  # first: no kill from its thread once the process is being reaped
 
 
 def _end_process(process, namespaced: bool) -> None:
