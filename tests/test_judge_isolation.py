@@ -227,3 +227,17 @@ def test_a_judge_out_of_descriptors_scores_zero_not_none(monkeypatch):
     verdict = judge.judge_tests(dict(job, backend=sandbox.resolve_backend()))
     assert verdict is not None and verdict[0] == 0
     assert "EMFILE" in verdict[2].get("judge_error", "") or "Too many open files" in verdict[2].get("judge_error", "")
+
+
+def test_the_unconfined_fallback_still_gives_each_attempt_a_fresh_directory(monkeypatch):
+    """Where the judge cannot be confined it runs in place, in a private directory made for the attempt and removed
+    after it; the caller's working directory is left as it was."""
+    monkeypatch.setattr(judge_sandbox, "_warned", True)
+    test = "import os\nassert os.listdir('.') == []\nopen('left.txt', 'w').close()\nassert add(1, 2) == 3\n"
+    job = reward._plan(0, ADD, [test], None, None, None, None, None, [], 1.0, sandbox.Limits(),
+                       "code_execution")[0].payload  # fmt: skip
+    before = os.getcwd()
+    for _ in range(2):
+        verdict = judge_sandbox._judge_unconfined(dict(job, backend=sandbox.resolve_backend()))
+        assert verdict[:2] == (1, 1)
+    assert os.getcwd() == before and not os.path.exists(os.path.join(before, "left.txt"))

@@ -323,7 +323,7 @@ def _drop_to(uid: int) -> None:
     _check(_libc.prctl(38, 1, 0, 0, 0), "no_new_privs")  # PR_SET_NO_NEW_PRIVS
     _check(_libc.prctl(1, signal.SIGKILL, 0, 0, 0), "pdeathsig")  # PR_SET_PDEATHSIG (cleared by the uid change)
     os.environ.clear()
-    os.environ.update(sandbox_env(JUDGE_WORKDIR))
+    os.environ.update(sandbox_env(JUDGE_WORKDIR), USER="judge", LOGNAME="judge")  # getpass: the uid has no name
 
 
 def _mount(source, target, fstype, flags, data=None) -> None:

@@ -11,8 +11,10 @@ Test columns (one of them per row; MBPP's `test_list`, HumanEval's `test` and AP
   helpers   (optional) code the tests use beside the program (HumanEval/32's `poly`): keep HumanEval's original
             `prompt` here. Without it, the prompt the model saw (TRL's `prompts`) is read for code.
 
-Who decides. Test rows are judged by `judge.py` in a pool process that never runs model code; the program runs in a
-sandboxed worker that only answers calls with plain data, and never sees a test, an expected value or the verdict.
+Who decides. Test rows are judged by `judge.py` in a pool process that never runs model code, each attempt confined
+in a sandbox of the judge's own (`judge_sandbox.py`: private filesystem, fresh working directory, not root, its own
+deadline); the program runs in a sandboxed worker that only answers calls with plain data, and never sees a test, an
+expected value or the verdict. Each attempt is bounded as a whole (`attempt_limits.py`).
 The judge fails closed: a test passes only when it ran to its end, called the program, and compared only data the
 judge decoded. io rows: the program's stdout is compared here. Rows whose tests inspect classes the program defines
 (`isinstance(x, Node)`) cannot be judged on data; they fall back to running the tests inside the sandbox beside the

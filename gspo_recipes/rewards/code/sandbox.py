@@ -1,8 +1,9 @@
 """Run model-written Python with hard limits, in the strongest isolation this machine allows.
 
 Every run is a fresh process in its own process group, with a scrubbed environment, isolated Python (`-I`),
-resource limits, an empty working directory, a wall-clock deadline after which the whole group is killed and reaped,
-and a cap on captured output. Backends, strongest first:
+resource limits per process and per attempt as a whole (`attempt_limits.py`), a seccomp filter
+(`syscall_filter.py`), an empty working directory, a wall-clock deadline after which the whole group is killed and
+reaped, and a cap on captured output. Backends, strongest first:
 
   bwrap    bubblewrap: a minimal read-only root, private /tmp (a small tmpfs), no network, new PID/IPC/UTS namespaces,
            dies with its parent.
