@@ -280,7 +280,7 @@ def _build_root(root: str, uid: int) -> None:
             _mount(f"/dev/{name}", str(top / "dev" / name), None, _MS_BIND)
     (top / "proc").mkdir()
     _mount("proc", str(top / "proc"), "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
-    (top / "tmp").mkdir(mode=0o1777)
+    (top / "tmp").mkdir(exist_ok=True)  # there already when an interpreter lives under /tmp (bound above)
     os.chmod(top / "tmp", 0o1777)
     (top / JUDGE_WORKDIR.lstrip("/")).mkdir(mode=0o700)
     os.chown(top / JUDGE_WORKDIR.lstrip("/"), uid, uid)
