@@ -60,17 +60,38 @@ PROBES = {
         ),
         "socket.socket(socket.AF_UNIX).connect_ex('\\0' + NAME) == 0",
     ),
+    # The page cache: the first attempt reads a file, the second asks whether it is cached, without blocking.
+    "page_cache_nowait": (
+        "open(os.__file__, 'rb').read()",
+        "os.preadv(os.open(os.__file__, os.O_RDONLY), [bytearray(4096)], 0, os.RWF_NOWAIT) == 4096",
+    ),
+    "page_cache_mincore": (
+        "open(os.__file__, 'rb').read()",
+        "(setattr(libc.mmap, 'restype', ctypes.c_void_p), libc.mincore(ctypes.c_void_p(libc.mmap(None, 4096, 1, 1, "
+        "os.open(os.__file__, os.O_RDONLY), ctypes.c_long(0))), 4096, vec := ctypes.create_string_buffer(1)) == 0 "
+        "and vec.raw[0] & 1)[1]",
+    ),
+    "page_cache_cachestat": (
+        "open(os.__file__, 'rb').read()",
+        "(lambda stat: libc.syscall(451, os.open(os.__file__, os.O_RDONLY), (ctypes.c_uint64 * 2)(0, 4096), stat, 0)"
+        " == 0 and stat[0] > 0)((ctypes.c_uint64 * 8)())",
+    ),
 }
+PAGE_CACHE = {"page_cache_nowait", "page_cache_mincore", "page_cache_cachestat"}
 # What each backend promises: bwrap everything; unshare no files (the host filesystem is visible); plain only what
 # the syscall filter refuses (it has no namespaces).
 KERNEL_GLOBAL = {"user_keyring", "persistent_keyring"}
 PROMISED = {
     "bwrap": set(PROBES),
     "unshare": set(PROBES) - {"posix_shm_file", "tmp_file", "var_tmp_file", "home_file"},
-    "plain": KERNEL_GLOBAL | {"sysv_shm", "sysv_semaphore", "sysv_message_queue"},
+    "plain": KERNEL_GLOBAL | PAGE_CACHE | {"sysv_shm", "sysv_semaphore", "sysv_message_queue"},
 }
 # bwrap's root is read-only: /var/tmp refuses the write itself.
-REFUSED = {"bwrap": KERNEL_GLOBAL | {"var_tmp_file"}, "unshare": KERNEL_GLOBAL, "plain": PROMISED["plain"]}
+REFUSED = {
+    "bwrap": KERNEL_GLOBAL | PAGE_CACHE | {"var_tmp_file"},
+    "unshare": KERNEL_GLOBAL | PAGE_CACHE,
+    "plain": PROMISED["plain"],
+}
 
 
 def _program(name: str, token: str, write: bool, read: bool) -> str:
@@ -124,3 +145,18 @@ def test_the_filter_is_what_refuses_the_keyring():
         "from syscall_filter import install_syscall_filter\nassert install_syscall_filter(False)\n"
     )
     assert run(attempt.format(filtered)).stdout.split() == ["False", str(errno.EPERM)]
+
+
+@pytest.mark.parametrize("name", sorted(PAGE_CACHE))
+def test_the_filter_is_what_refuses_the_page_cache_probes(name):
+    """Each page-cache probe sees its file cached in a plain process, and fails once the harness's filter is in."""
+    from gspo_recipes.rewards.code import syscall_filter
+
+    probe = LIBC.format(key=1, name="unused") + f"found = bool({PROBES[name][1]})\nprint(found)\n"
+    filtered = f"import sys\nsys.path.insert(0, {str(Path(syscall_filter.__file__).parent)!r})\n" + (
+        "from syscall_filter import install_syscall_filter\nassert install_syscall_filter(False)\n"
+        "try:\n{}\nexcept OSError:\n    print(False)\n"
+    )
+    run = lambda code: subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)  # noqa: E731
+    assert run(probe).stdout.split() == ["True"]
+    assert run(filtered.format(textwrap.indent(probe, "    "))).stdout.split() == ["False"]

@@ -41,6 +41,8 @@ def launch_log(tmp_path_factory):
     path.write_text("")
     os.environ["GSPO_SANDBOX_LAUNCH_LOG"] = str(path)
     pool.get_pool(reward._JUDGE_POOL).close()
+    # Started before the timed attacks: their bounds are about the attack, not the judge processes' start-up.
+    code_execution([ADD] * 2, tests=[["assert add(1, 2) == 3"]] * 2)
     yield path
     del os.environ["GSPO_SANDBOX_LAUNCH_LOG"]
     pool.get_pool(reward._JUDGE_POOL).close()

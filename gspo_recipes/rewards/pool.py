@@ -67,7 +67,7 @@ class _Batch:
 
     function: str
     items: Sequence[tuple]
-    deadline_s: float
+    deadlines_s: Sequence[float]
     on_timeout: Any
     on_error: Any
     results: list[Any] = dataclasses.field(init=False)
@@ -97,16 +97,21 @@ class DeadlinePool:
         function: str,
         items: Sequence[tuple],
         *,
-        deadline_s: float,
+        deadline_s: float | Sequence[float],
         on_timeout: Any = None,
         on_error: Any = None,
     ) -> list[Any]:
-        """Call `function(*item)` for every item; each call gets `deadline_s` seconds from when a worker takes it.
+        """Call `function(*item)` for every item; each call gets `deadline_s` seconds from when a worker takes it
+        (one figure for all, or one per item: a short item's stall is cut at its own deadline, not the batch's
+        longest).
 
         An item whose worker overruns or dies gets `on_timeout`; one whose call raises gets `on_error`. Raises
         `PoolUnavailable` only when no worker can be started at all.
         """
-        batch = _Batch(function, items, deadline_s, on_timeout, on_error)
+        deadlines = [float(deadline_s)] * len(items) if isinstance(deadline_s, (int, float)) else list(deadline_s)
+        if len(deadlines) != len(items):
+            raise ValueError(f"{len(deadlines)} deadlines for {len(items)} items")
+        batch = _Batch(function, items, deadlines, on_timeout, on_error)
         if not items:
             return batch.results
         with self._lock:
@@ -145,7 +150,7 @@ class DeadlinePool:
                     batch.queue.appendleft(index)
                     self._replace(worker, batch, "died while idle")
                     continue
-                batch.busy[worker] = (index, time.monotonic() + batch.deadline_s)
+                batch.busy[worker] = (index, time.monotonic() + batch.deadlines_s[index])
 
     def _take_messages(self, batch: _Batch, timeout_s: float) -> None:
         """Wait up to `timeout_s` for workers to report: ready, a result, an error, or (by hanging up) their death."""
@@ -165,11 +170,14 @@ class DeadlinePool:
                 worker.ready = True
                 self._failed_starts = 0
             else:
-                kind, index, value = message
+                kind, index, value, retiring = message
                 batch.results[index] = value if kind == "ok" else batch.on_error
                 if kind != "ok":
                     logger.warning("reward worker task %s failed: %s", batch.function, value)
                 batch.busy.pop(worker, None)
+                if retiring:  # it leaked descriptors: a fresh one takes its place before it is given more
+                    logger.info("reward worker %d leaked descriptors; replaced", worker.process.pid)
+                    self._replace(worker, batch, "leaked descriptors")
 
     def _replace_overdue(self, batch: _Batch) -> None:
         now = time.monotonic()
@@ -253,8 +261,9 @@ def _worker_main(parent_pid: int, preload: Sequence[str]) -> None:
     os.dup2(2, 1)  # stray prints from libraries must not corrupt the reply pipe
     for module in preload:
         importlib.import_module(module)
-    replies.send(("ready",))
     functions: dict[str, Callable] = {}
+    descriptors = _open_descriptors()
+    replies.send(("ready",))
     while True:
         try:
             index, name, args = commands.recv()
@@ -264,9 +273,23 @@ def _worker_main(parent_pid: int, preload: Sequence[str]) -> None:
             if name not in functions:
                 module, _, attribute = name.partition(":")
                 functions[name] = getattr(importlib.import_module(module), attribute)
-            replies.send(("ok", index, functions[name](*args)))
+                descriptors = _open_descriptors()  # what importing opened is kept on purpose
+            reply = ("ok", index, functions[name](*args))
         except Exception as error:  # the item's problem; report and keep serving
-            replies.send(("error", index, f"{type(error).__name__}: {error}"))
+            reply = ("error", index, f"{type(error).__name__}: {error}")
+        # A task leaves the worker with the descriptors it found, or the worker retires: one that leaked would run
+        # out of them and fail every later item. The reply says so, and the pool replaces it.
+        retiring = _open_descriptors() > descriptors
+        replies.send((*reply, retiring))
+        if retiring:
+            return
+
+
+def _open_descriptors() -> int:
+    try:
+        return len(os.listdir("/proc/self/fd")) - 1  # the listing's own descriptor
+    except OSError:
+        return 0
 
 
 def _die_with_parent(parent_pid: int) -> None:

@@ -12,8 +12,10 @@ Test columns (one of them per row; MBPP's `test_list`, HumanEval's `test` and AP
   helpers   (optional) code the tests use beside the program (HumanEval/32's `poly`): keep HumanEval's original
             `prompt` here. Without it, the prompt the model saw (TRL's `prompts`) is read for code.
 
-Who decides. Test rows are judged by `judge.py` in a pool process that never runs model code; the program runs in a
-sandboxed worker that only answers calls with plain data, and never sees a test, an expected value or the verdict.
+Who decides. Test rows are judged by `judge.py` in a pool process that never runs model code, each attempt confined
+in a sandbox of the judge's own (`judge_sandbox.py`: private filesystem, fresh working directory, not root, its own
+deadline); the program runs in a sandboxed worker that only answers calls with plain data, and never sees a test, an
+expected value or the verdict. Each attempt is bounded as a whole (`attempt_limits.py`).
 The judge fails closed: a test passes only when it ran to its end, called the program, and compared only data the
 judge decoded. io rows: the program's stdout is compared here. Rows whose tests inspect classes the program defines
 (`isinstance(x, Node)`) cannot be judged on data; they fall back to running the tests inside the sandbox beside the
@@ -39,6 +41,7 @@ from typing import Any
 from ..pool import PoolUnavailable, get_pool
 from ..text import column, completion_text
 from .hacking import record_scan
+from .judge_sandbox import OVERRAN, row_deadline_s
 from .plan import Job, Unjudgeable, dataset_helpers, extract_code, plan_row
 from .sandbox import Limits, SandboxUnavailable, resolve_backend, run_harness
 
@@ -221,11 +224,12 @@ def _judge_in_pool(jobs: list[Job], backend: str) -> list[tuple | None]:
     if not jobs:
         return []
     items = [(dict(job.payload, backend=backend),) for job in jobs]
-    # The judge keeps its own deadlines; this one only catches a judge that hangs (a test that never returns).
-    deadline = max(job.payload["limits"]["wall_s"] for job in jobs) * 1.5 + 5.0
+    # The judge keeps its own deadlines; this one only catches a judge that hangs (a test that never returns). Each
+    # row has its own: a stall beside a long row is cut at its own row's deadline, not the longest one's.
+    deadlines = [row_deadline_s(job.payload) + 2.0 for job in jobs]  # the confined judge's own, then teardown
     try:
-        pool = get_pool(_JUDGE_POOL, preload=["gspo_recipes.rewards.code.judge"])
-        verdicts = pool.map("gspo_recipes.rewards.code.judge:judge_tests", items, deadline_s=deadline,
+        pool = get_pool(_JUDGE_POOL, preload=["gspo_recipes.rewards.code.judge_sandbox"])
+        verdicts = pool.map("gspo_recipes.rewards.code.judge_sandbox:judge_isolated", items, deadline_s=deadlines,
                             on_timeout=_OVERRAN, on_error=_BROKE)  # fmt: skip
     except PoolUnavailable:
         return [None] * len(jobs)
@@ -235,7 +239,7 @@ def _judge_in_pool(jobs: list[Job], backend: str) -> list[tuple | None]:
             (tuple(verdict) if verdict is not None else None) for job, verdict in zip(jobs, verdicts)]  # fmt: skip
 
 
-_OVERRAN = "the judge overran its deadline and was killed"
+_OVERRAN = OVERRAN
 _BROKE = "the judge raised"
 
 

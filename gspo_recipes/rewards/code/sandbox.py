@@ -1,8 +1,9 @@
 """Run model-written Python with hard limits, in the strongest isolation this machine allows.
 
 Every run is a fresh process in its own process group, with a scrubbed environment, isolated Python (`-I`),
-resource limits, an empty working directory, a wall-clock deadline after which the whole group is killed and reaped,
-and a cap on captured output. Backends, strongest first:
+resource limits per process and per attempt as a whole (`attempt_limits.py`), a seccomp filter
+(`syscall_filter.py`), an empty working directory, a wall-clock deadline after which the whole group is killed and
+reaped, and a cap on captured output. Backends, strongest first:
 
   bwrap    bubblewrap: a minimal read-only root, private /tmp (a small tmpfs), no network, new PID/IPC/UTS namespaces,
            dies with its parent.
@@ -19,6 +20,7 @@ process (its uid, its environment, the bwrap/unshare command lines) is built in 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -35,6 +37,7 @@ import time
 import warnings
 from pathlib import Path
 
+from .attempt_limits import POLL_S, AttemptGuard
 from .isolation import (  # noqa: F401 (SANDBOX_UID_BASE, SANDBOX_UIDS: this module's public names, kept importable)
     SANDBOX_UID_BASE,
     SANDBOX_UIDS,
@@ -69,8 +72,13 @@ class Limits:
     output_bytes: int = 4 << 20
     tmpfs_mb: int = 64
 
+    @property
+    def cpu_budget_s(self) -> float:
+        return self.cpu_s if self.cpu_s is not None else self.wall_s
+
     def rlimits(self) -> dict[str, tuple[int, int]]:
-        cpu = max(1, math.ceil(self.cpu_s if self.cpu_s is not None else self.wall_s))
+        # Per process: the backstop under the per-attempt limits of `attempt_limits.py`.
+        cpu = max(1, math.ceil(self.cpu_budget_s))
         memory = self.memory_mb << 20
         return {
             # The soft CPU limit sends SIGXCPU; one second later the hard limit kills.
@@ -93,6 +101,7 @@ class Execution:
     timed_out: bool
     output_exceeded: bool
     wall_s: float
+    over_limits: str | None = None  # why the attempt's processes together were killed (see attempt_limits.py)
 
 
 def run_harness(
@@ -189,7 +198,8 @@ def _launch(backend, uid, job, stdin, limits, capture_stdout, capture_stderr) ->
     process, job_write, cleanup = _spawn(backend, uid, limits, (), stdin is not None, capture_stdout, capture_stderr)
     try:
         job_bytes = json.dumps(dict(job, ipc_namespace=backend != "plain")).encode()
-        return _supervise(process, job_write, job_bytes, stdin or b"", limits, namespaced=backend != "plain")
+        return _supervise(process, job_write, job_bytes, stdin or b"", limits, backend != "plain",
+                          orphan_uid(backend, uid))  # fmt: skip
     finally:
         cleanup()
 
@@ -245,28 +255,61 @@ _CHUNK = 65536  # bytes per read or write: one default Linux pipe buffer
 
 
 def _supervise(
-    process: subprocess.Popen, job_write: int, job: bytes, stdin: bytes, limits: Limits, namespaced: bool
+    process: subprocess.Popen,
+    job_write: int,
+    job: bytes,
+    stdin: bytes,
+    limits: Limits,
+    namespaced: bool,
+    orphans: int | None = None,
 ) -> Execution:
     """Feed the job and stdin, collect capped output, and kill the whole group at the deadline or on overflow."""
     start = time.monotonic()
-    run = _Supervision(process, job_write, job, stdin, limits.output_bytes)
+    try:
+        guard = attempt_guard(process.pid, limits, orphans)  # before the job is written: no model code has run yet
+    except BaseException:
+        os.close(job_write)
+        _kill_group(process, namespaced, False)
+        process.wait()
+        raise
+    run = _Supervision(process, job_write, job, stdin, limits.output_bytes, guard)
     try:
         run.pump_until_done(start + limits.wall_s)
     finally:
-        _kill_group(process, namespaced, run.exited)
-        process.wait()
-        run.close()
+        try:
+            guard.kill_all()
+            _kill_group(process, namespaced, run.exited)
+            process.wait()
+        finally:
+            guard.close()
+            run.close()
     stdout, stderr = run.captured()
-    return Execution(process.returncode, stdout, stderr, run.timed_out, run.exceeded, time.monotonic() - start)
+    return Execution(process.returncode, stdout, stderr, run.timed_out, run.exceeded, time.monotonic() - start,
+                     run.over_limits)  # fmt: skip
+
+
+def attempt_guard(pid: int, limits: Limits, orphans: int | None = None) -> AttemptGuard:
+    """The per-attempt limits (memory summed, one core, CPU budget) for the process just launched; `orphans`: the
+    uid whose orphaned processes are the attempt's too (see `orphan_uid`)."""
+    return AttemptGuard(pid, limits.memory_mb, limits.cpu_budget_s, limits.processes, orphans)
+
+
+def orphan_uid(backend: str, uid: int) -> int | None:
+    """Without a PID namespace (`plain`), a process that leaves its parent leaves the attempt's process tree; as
+    root the attempt's own uid still names it, and its orphans are killed with the attempt."""
+    return uid if backend == "plain" and is_root() else None
 
 
 class _Supervision:
     """One run's pipes on one selector: the job and stdin written without blocking, stdout and stderr read up to
     their caps, and (where the kernel allows) a pidfd that says when the process exits."""
 
-    def __init__(self, process: subprocess.Popen, job_write: int, job: bytes, stdin: bytes, output_cap: int):
-        self.process = process
+    def __init__(self, process: subprocess.Popen, job_write: int, job: bytes, stdin: bytes, output_cap: int,
+                 guard: AttemptGuard):  # fmt: skip
+        self.process, self.guard = process, guard
         self.exited = self.timed_out = self.exceeded = False
+        self.over_limits = None
+        self.next_check = time.monotonic() + POLL_S
         self.writers = {job_write: (memoryview(job), lambda: os.close(job_write))}
         if process.stdin is not None:
             self.writers[process.stdin.fileno()] = (memoryview(stdin), process.stdin.close)
@@ -297,8 +340,14 @@ class _Supervision:
                 self.timed_out = not self.exited
                 return
             # Once it has exited, take only what is already in the pipes: a straggler may hold them open for ever.
-            # Without a pidfd, poll for the exit every 10 ms.
-            timeout = 0 if self.exited else remaining if self.exit_fd is not None else min(remaining, 0.01)
+            # Without a pidfd, poll for the exit every 10 ms. The attempt's limits are checked every POLL_S.
+            if not self.exited and time.monotonic() >= self.next_check:
+                self.next_check = time.monotonic() + POLL_S
+                self.over_limits = self.guard.over()
+                if self.over_limits is not None:
+                    return
+            until_check = max(0.0, self.next_check - time.monotonic())
+            timeout = 0 if self.exited else min(remaining, until_check, 0.01 if self.exit_fd is None else remaining)
             events = self.selector.select(timeout)
             if self.exit_fd is None and not self.exited and self.process.poll() is not None:
                 self.exited = True
@@ -372,6 +421,17 @@ def _kill_group(process: subprocess.Popen, namespaced: bool, exited: bool) -> No
         os.killpg(process.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+
+
+def kill_without_reaping(process: subprocess.Popen, namespaced: bool, guard: AttemptGuard) -> None:
+    """SIGKILL to every process of the attempt, the namespace's init (namespaced backends) and the process group,
+    from any thread; whoever owns the process still reaps it with `_kill_group` and `wait`."""
+    guard.kill_all()
+    for child in _children(process.pid) if namespaced else []:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
 
 
 def _children(pid: int) -> list[int]:

@@ -1,31 +1,46 @@
-"""A seccomp filter the harness installs on itself before any model code runs: the system calls that reach kernel
-objects no namespace confines, refused with EPERM.
+"""A seccomp filter the harness installs on itself before any model code runs: the system calls that reach state no
+namespace confines are refused.
 
-Kernel keyrings belong to the uid, not to any namespace, and outlive every process: a program could store in its
-uid's keyring whether its last answer passed and, attempt after attempt, learn the answers. eBPF maps are global
-too. SysV IPC objects are confined by an IPC namespace, which the `plain` backend does not have: refused there.
-Nothing an honest solution needs goes through these calls.
+The rule: a sandboxed program may not read or write anything that outlives its attempt, so the calls that reach such
+state are refused. Two kinds:
+
+  kept state  kernel keyrings (they belong to the uid and outlive every process), eBPF maps (global), and SysV IPC
+              where no IPC namespace confines it (the `plain` backend): refused with EPERM. A program could store in
+              them whether its last answer passed and, attempt after attempt, learn the answers.
+  page cache  the read-only mounts share the host's page cache, so "is this file cached?" is one bit per file that a
+              first attempt sets by reading the file and a later one reads without blocking. The calls that answer
+              that question are refused: `mincore` (residency of a mapping), `cachestat`, `preadv2`/`pwritev2`
+              (their RWF_NOWAIT flag fails instead of reading an uncached page) and io_uring (whose reads can ask the
+              same). They fail with ENOSYS, as on a kernel that predates them: libraries fall back to plain reads.
+
+What remains, documented rather than closed: timing. A read of a cached file returns in microseconds, an uncached one
+waits for the disk; a program can time its reads (or fault in a mapping and time it) and recover the same bit, more
+slowly and with noise. Closing that needs a private copy of every file the program can read per attempt.
 
 Prepended to the harness source (see `sandbox.py`): standard library only, no `from __future__` import.
 """
 
-# (audit arch, x32 bit or 0, keyring + bpf calls, SysV IPC calls)
+# (audit arch, x32 bit or 0, keyring + bpf calls, SysV IPC calls, page-cache probes)
 _SECCOMP_ARCHES = {
-    "x86_64": (0xC000003E, 0x40000000, (248, 249, 250, 321), (29, 64, 68)),  # add_key request_key keyctl bpf
-    "aarch64": (0xC00000B7, 0, (217, 218, 219, 280), (194, 190, 186)),  # shmget semget msgget
+    # add_key request_key keyctl bpf | shmget semget msgget | mincore preadv2 pwritev2 io_uring x3 cachestat
+    "x86_64": (0xC000003E, 0x40000000, (248, 249, 250, 321), (29, 64, 68), (27, 327, 328, 425, 426, 427, 451)),
+    "aarch64": (0xC00000B7, 0, (217, 218, 219, 280), (194, 190, 186), (232, 286, 287, 425, 426, 427, 451)),
 }
+PAGE_CACHE_SYSCALLS = ("mincore", "preadv2", "pwritev2", "io_uring_setup", "io_uring_enter", "io_uring_register",
+                       "cachestat")  # fmt: skip
 
 
 def install_syscall_filter(block_sysv_ipc):
-    """Refuse keyrings and bpf (and SysV IPC when `block_sysv_ipc`) for this process and everything it starts.
-    Returns whether the filter is in place (False on an architecture or kernel it does not know)."""
+    """Refuse keyrings and bpf (and SysV IPC when `block_sysv_ipc`) with EPERM, and the page-cache probes with
+    ENOSYS, for this process and everything it starts. Returns whether the filter is in place (False on an
+    architecture or kernel it does not know)."""
     import ctypes
     import os
 
     arch = _SECCOMP_ARCHES.get(os.uname().machine)
     if arch is None:
         return False
-    audit_arch, x32_bit, blocked, sysv = arch
+    audit_arch, x32_bit, blocked, sysv, page_cache = arch
     blocked = blocked + (sysv if block_sysv_ipc else ())
 
     class Instruction(ctypes.Structure):
@@ -35,13 +50,17 @@ def install_syscall_filter(block_sysv_ipc):
         _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Instruction))]
 
     load, jump_eq, jump_ge, ret = 0x20, 0x15, 0x35, 0x06
-    allow, refuse, kill = 0x7FFF0000, 0x00050000 | 1, 0x80000000  # ALLOW, ERRNO(EPERM), KILL_PROCESS
+    allow, kill = 0x7FFF0000, 0x80000000  # ALLOW, KILL_PROCESS
+    eperm, enosys = 0x00050000 | 1, 0x00050000 | 38  # ERRNO(EPERM), ERRNO(ENOSYS)
     code = [(load, 0, 0, 4), (jump_eq, 1, 0, audit_arch), (ret, 0, 0, kill), (load, 0, 0, 0)]
     if x32_bit:  # the x32 ABI numbers the same calls differently: refuse all of it
-        code.append((jump_ge, len(blocked) + 1, 0, x32_bit))
+        code.append((jump_ge, len(blocked) + len(page_cache) + 2, 0, x32_bit))
+    # Each refused number jumps to its verdict at the end: [..., ALLOW, ENOSYS, EPERM].
     for index, number in enumerate(blocked):
-        code.append((jump_eq, len(blocked) - index, 0, number))
-    code += [(ret, 0, 0, allow), (ret, 0, 0, refuse)]
+        code.append((jump_eq, len(blocked) - index + len(page_cache) + 1, 0, number))
+    for index, number in enumerate(page_cache):
+        code.append((jump_eq, len(page_cache) - index, 0, number))
+    code += [(ret, 0, 0, allow), (ret, 0, 0, enosys), (ret, 0, 0, eperm)]
     instructions = (Instruction * len(code))(*[Instruction(*op) for op in code])
     program = Program(len(code), instructions)
     libc = ctypes.CDLL(None, use_errno=True)

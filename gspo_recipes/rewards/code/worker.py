@@ -2,58 +2,146 @@
 
 The judge (`judge.py`) talks to it over two pipes, one JSON line per message (`wire.py`). Nothing it sends back is
 trusted: a reply that is late, malformed, oversized or missing ends the worker, and the call fails.
+
+Two halves: `WorkerProcess` starts the sandboxed process and ends it (kill, reap, release its uid), and
+`SandboxWorker` is the judge's end of the pipes. Where the judge runs confined (`judge_sandbox.py`) it cannot start
+sandboxes itself: its `SandboxWorker` asks the unconfined parent, which starts the `WorkerProcess` and hands the
+pipes over. Every descriptor is closed on every path, an alarm in the middle of `close()` included: a judge that
+leaked them would run out and fail every later completion, honest ones too.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import select
 import selectors
+import signal
 import time
 
 from . import sandbox
+from .attempt_limits import Watchdog
 from .isolation import uid_slot
 from .wire import MAX_MESSAGE_BYTES, NotPlainData, dumps, loads
+
+# Errors that mean the judge's own process ran out of something (descriptors, processes, memory): its failure, which
+# scores the completion 0 (and gets the process replaced), never a None that says "no sandbox here".
+_EXHAUSTED = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EAGAIN}
 
 
 class WorkerGone(RuntimeError):
     """The worker died, overran its deadline or broke the protocol: the call it was serving fails."""
 
 
-class SandboxWorker:
-    """The harness in serve mode, inside the sandbox. Use `start_worker`; always `close()` it."""
+class JudgeExhausted(RuntimeError):
+    """The judge's process could not start a worker for lack of its own resources: the completion scores 0."""
+
+
+class WorkerProcess:
+    """The harness in serve mode, started in the sandbox: `requests` (write) and `replies` (read) are the judge's
+    ends of its pipes. Always `end()` it."""
 
     def __init__(self, backend: str, program: str, per_test_s: float, limits: sandbox.Limits):
+        self.namespaced = backend != "plain"
+        self.requests = self.replies = self.process = self._guard = self._watchdog = None
+        self._cleanup = lambda: None
         self._uid = uid_slot()
         uid = self._uid.__enter__()
-        self._namespaced = backend != "plain"
-        request_read, self._requests = os.pipe()
-        self._replies, reply_write = os.pipe()
         try:
-            self.process, job_write, self._cleanup = sandbox._spawn(
-                backend, uid, limits, (request_read, reply_write), False, False, False
-            )
+            with contextlib.ExitStack() as child_ends:  # the worker's ends of its pipes: closed here once it has them
+                request_read, self.requests = os.pipe()
+                child_ends.callback(os.close, request_read)
+                self.replies, reply_write = os.pipe()
+                child_ends.callback(os.close, reply_write)
+                self.process, job_write, self._cleanup = sandbox._spawn(
+                    backend, uid, limits, (request_read, reply_write), False, False, False
+                )
+            # The attempt's limits, before the job is written (no model code has run yet); its reader is the judge,
+            # so a thread checks them.
+            self._guard = sandbox.attempt_guard(self.process.pid, limits, sandbox.orphan_uid(backend, uid))
+            process, namespaced, guard = self.process, self.namespaced, self._guard
+            self._watchdog = Watchdog(guard, lambda why: sandbox.kill_without_reaping(process, namespaced, guard))
         except BaseException:
-            for fd in (request_read, reply_write, self._requests, self._replies):
-                os.close(fd)
-            self._uid.__exit__(None, None, None)
+            if self.process is not None:  # spawned: its job pipe is ours to close
+                os.close(job_write)
+            self.end()
             raise
-        os.close(request_read)
-        os.close(reply_write)
         job = {"mode": "serve", "program": program, "per_test_s": per_test_s, "rlimits": limits.rlimits(),
-               "sys_path": sandbox.SITE_DIRS, "ipc_namespace": self._namespaced}  # fmt: skip
+               "sys_path": sandbox.SITE_DIRS, "ipc_namespace": self.namespaced}  # fmt: skip
         try:
             _write_all(job_write, json.dumps(job).encode())
         except OSError:
             pass  # it died before reading its job: the first receive reports it
         finally:
             os.close(job_write)
+
+    def hand_over(self) -> tuple[int, int]:
+        """(requests, replies), now the caller's to close; `end()` still kills and reaps the process."""
+        fds, self.requests, self.replies = (self.requests, self.replies), None, None
+        return fds
+
+    def end(self) -> None:
+        """Close the pipes, kill what is left of the process group, reap it and give its uid back. Every step runs
+        even when an earlier one raises, and the judge's alarm waits until they have."""
+        requests, replies, process, cleanup = self.requests, self.replies, self.process, self._cleanup
+        guard, watchdog = self._guard, self._watchdog
+        self.requests = self.replies = self.process = self._guard = self._watchdog = None
+        self._cleanup = lambda: None
+        with _alarms_held(), contextlib.ExitStack() as steps:  # callbacks run last to first
+            steps.callback(self._uid.__exit__, None, None, None)
+            steps.callback(cleanup)
+            if guard is not None:
+                steps.callback(guard.close)
+            if replies is not None:
+                steps.callback(os.close, replies)
+            if process is not None:
+                steps.callback(_end_process, process, self.namespaced)
+            if requests is not None:
+                steps.callback(os.close, requests)
+            if guard is not None:
+                steps.callback(guard.kill_all)  # before the pipe closes: its processes in new sessions too
+            if watchdog is not None:
+                steps.callback(watchdog.stop)  # first: no kill from its thread once the process is being reaped
+
+
+def _end_process(process, namespaced: bool) -> None:
+    # Not reaped yet: the group's id stays reserved for the kill that follows (see sandbox._supervise).
+    sandbox._kill_group(process, namespaced, exited=_exits_within(process.pid, 0.05))
+    process.wait()
+
+
+# Set inside a confined judge (see `judge_sandbox.py`): starts workers in the unconfined parent and returns
+# (requests, replies, end) for them.
+broker = None
+
+
+class SandboxWorker:
+    """The judge's end of one worker. Use it, then always `close()` it."""
+
+    def __init__(self, backend: str, program: str, per_test_s: float, limits: sandbox.Limits):
+        try:
+            if broker is not None:
+                self._requests, self._replies, self._end = broker(backend, program, per_test_s, limits)
+            else:
+                process = WorkerProcess(backend, program, per_test_s, limits)
+                self._requests, self._replies = process.hand_over()
+                self._end = process.end
+        except OSError as error:
+            if error.errno in _EXHAUSTED:
+                raise JudgeExhausted(f"the judge could not start a worker: {error}") from None
+            raise
         self._buffer = bytearray()
         self._sent = 0
         self._closed = False
-        self._selector = selectors.DefaultSelector()
-        self._selector.register(self._replies, selectors.EVENT_READ)
+        self._selector = None
+        try:
+            self._selector = selectors.DefaultSelector()
+            self._selector.register(self._replies, selectors.EVENT_READ)
+        except BaseException:
+            self.close()
+            raise
 
     def request(self, message: list, timeout_s: float) -> list:
         """Send one request and wait at most `timeout_s` for its reply; `WorkerGone` (and the worker killed) when
@@ -107,17 +195,32 @@ class SandboxWorker:
         return not self._closed
 
     def close(self) -> None:
+        """Close both pipes and the selector, and end the process; every step runs, and the judge's alarm waits
+        until they have (it is delivered as soon as `close` returns)."""
         if self._closed:
             return
         self._closed = True
-        os.close(self._requests)  # a worker waiting for its next request exits on its own: cheaper than a kill
-        # Not reaped yet: the group's id stays reserved for the kill that follows (see sandbox._supervise).
-        sandbox._kill_group(self.process, self._namespaced, exited=_exits_within(self.process.pid, 0.05))
-        self.process.wait()
-        self._selector.close()
-        os.close(self._replies)
-        self._cleanup()
-        self._uid.__exit__(None, None, None)
+        with _alarms_held(), contextlib.ExitStack() as steps:  # callbacks run last to first
+            steps.callback(os.close, self._replies)
+            if self._selector is not None:
+                steps.callback(self._selector.close)
+            steps.callback(self._end)
+            steps.callback(os.close, self._requests)  # first: a worker waiting for a request exits on its own
+
+
+@contextlib.contextmanager
+def _alarms_held():
+    """SIGALRM blocked for the block's duration (the judge's per-test alarm would otherwise land mid-cleanup);
+    a pending one is delivered when it ends."""
+    try:
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+    except (ValueError, OSError):  # not the main thread: Python runs handlers there only, nothing to hold
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _exits_within(pid: int, timeout_s: float) -> bool:

@@ -1,0 +1,235 @@
+"""Limits per attempt as a whole, not per process.
+
+The rule: an attempt (every process one sandboxed run starts, however it forks, whatever sessions it makes) holds at
+most `Limits.memory_mb` of memory in all and runs on at most one core: once its processes together hold more memory,
+or have used more CPU time than the wall-clock time since the attempt started (plus `CPU_GRACE_S`), or more than its
+CPU budget in all, the whole attempt is killed. So 32 processes cannot hold 32 times the memory budget, and 31 busy
+processes cannot starve the completion judged beside them: they are killed within a fraction of a second, and score 0.
+Honest solutions run on one core (Python's GIL, and the sandbox's OMP_NUM_THREADS=1) and never come near the rule.
+
+Two ways to enforce it, the stronger where it is available:
+
+  cgroup v2  when `GSPO_SANDBOX_CGROUP` names a cgroup v2 directory this process may write whose
+             `cgroup.subtree_control` enables memory, pids and cpu (a systemd `Delegate=yes` unit, a container's own
+             cgroup namespace): each attempt gets a child cgroup with `memory.max`, `memory.swap.max=0`,
+             `pids.max` and `cpu.max` of one core. The kernel enforces it exactly, and a process cannot leave.
+  meter      everywhere else (the documented fallback): the attempt's processes (the launched process and all its
+             descendants: in the bwrap and unshare backends that is the whole PID namespace, which no process can
+             leave) are read from /proc every `POLL_S`, resident memory and CPU time summed. The per-process rlimits
+             (RLIMIT_AS, RLIMIT_CPU, RLIMIT_NPROC) stay the hard backstop: between two polls an attempt can exceed its
+             memory budget by at most what its processes allocate in `POLL_S`. Under the `plain` backend a process
+             that double-forks away from its parent leaves the meter's view (never its rlimits): use bwrap.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+POLL_S = 0.02
+CPU_GRACE_S = 0.5  # start-up bursts (bwrap, the interpreter) and the granularity of the kernel's CPU accounting
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+class AttemptMeter:
+    """The fallback: sums the memory and CPU of the processes under `root_pid` and says when the attempt is over
+    its limits."""
+
+    def __init__(self, root_pid: int, memory_mb: int, cpu_s: float):
+        self.root_pid, self.memory_bytes, self.cpu_s = root_pid, memory_mb << 20, cpu_s
+        self.started = time.monotonic()
+
+    def processes(self) -> list[int]:
+        """The root and all its descendants."""
+        found, frontier = [], [self.root_pid]
+        while frontier:
+            pid = frontier.pop()
+            found.append(pid)
+            frontier += children(pid)
+        return found
+
+    def usage(self) -> tuple[int, float]:
+        """(resident bytes, CPU seconds) summed over the attempt's live processes; CPU includes the children they
+        have reaped."""
+        memory, ticks = 0, 0
+        for pid in self.processes():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                ticks += sum(int(value) for value in fields[11:15])  # utime stime cutime cstime
+                memory += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * _PAGE
+        return memory, ticks / _TICK
+
+    def over(self) -> str | None:
+        """Why the attempt must be killed now, or None."""
+        memory, cpu = self.usage()
+        if memory > self.memory_bytes:
+            return f"its processes hold {memory >> 20} MB together (limit {self.memory_bytes >> 20} MB)"
+        if cpu > self.cpu_s:
+            return f"its processes used {cpu:.1f} s of CPU together (limit {self.cpu_s:.1f} s)"
+        elapsed = time.monotonic() - self.started
+        if cpu > elapsed + CPU_GRACE_S:
+            return f"its processes used {cpu:.1f} s of CPU in {elapsed:.1f} s: more than one core"
+        return None
+
+
+def children(pid: int) -> list[int]:
+    """The process's children, read from /proc (every thread's: threads can fork too)."""
+    found = []
+    with contextlib.suppress(OSError):
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError, ValueError):
+                found += [int(child) for child in Path(f"/proc/{pid}/task/{task}/children").read_text().split()]
+    return found
+
+
+class AttemptGuard:
+    """One attempt's limits, by the strongest means here: a cgroup when `cgroup_parent()` gives one, else the
+    meter. Create it after the launch and before the job is sent; `over()` says why to kill; always `close()`."""
+
+    def __init__(self, root_pid: int, memory_mb: int, cpu_s: float, processes: int, orphan_uid: int | None = None):
+        self.orphan_uid = orphan_uid
+        parent = cgroup_parent()
+        self.cgroup = AttemptCgroup(parent, memory_mb, processes) if parent is not None else None
+        self.meter = None
+        if self.cgroup is not None:
+            try:
+                self.cgroup.add_tree(root_pid)
+            except BaseException:
+                self.cgroup.close()
+                raise
+        else:
+            self.meter = AttemptMeter(root_pid, memory_mb, cpu_s)
+
+    def over(self) -> str | None:
+        return self.cgroup.over() if self.cgroup is not None else self.meter.over()
+
+    def kill_all(self) -> None:
+        """SIGKILL to every process of the attempt, new sessions and process groups included (a kill by process
+        group misses those). Whoever launched the root still reaps it."""
+        if self.cgroup is not None:
+            self.cgroup.kill()
+            return
+        found = self.meter.processes()[1:]  # descendants of a process not yet reaped: no pid reuse possible
+        if self.orphan_uid is not None:
+            found += orphans_of(self.orphan_uid)
+        for pid in found:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+
+    def close(self) -> None:
+        if self.cgroup is not None:
+            self.cgroup.close()
+
+
+def orphans_of(uid: int) -> list[int]:
+    """Processes of `uid` whose parent has died (re-parented to pid 1): what a `plain` attempt left running by
+    leaving its parent. The uid is the attempt's for as long as it runs; a live attempt of another process that
+    happens to share it keeps its processes, whose parents live."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                status = dict(line.split(":", 1) for line in Path(f"/proc/{entry}/status").read_text().splitlines())
+                if int(status["PPid"]) == 1 and int(status["Uid"].split()[0]) == uid:
+                    found.append(int(entry))
+    return found
+
+
+class Watchdog:
+    """Checks an `AttemptGuard` every `POLL_S` on a thread of its own and calls `kill(reason)` once when the attempt
+    goes over (for the long-lived workers, whose reader is the judge). `stop()` before ending the process."""
+
+    def __init__(self, meter: AttemptMeter, kill):
+        self.meter, self.kill, self.reason = meter, kill, None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="gspo-attempt-watchdog", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(POLL_S):
+            reason = self.meter.over()
+            if reason is not None:
+                self.reason = reason
+                self.kill(reason)
+                return
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join()
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# cgroup v2
+
+
+_counter = itertools.count()
+
+
+def cgroup_parent() -> Path | None:
+    """The delegated cgroup v2 directory named by `GSPO_SANDBOX_CGROUP`, when it can hold attempts; else None."""
+    name = os.environ.get("GSPO_SANDBOX_CGROUP")
+    if not name:
+        return None
+    parent = Path(name)
+    try:
+        enabled = set((parent / "cgroup.subtree_control").read_text().split())
+    except OSError:
+        return None
+    return parent if {"memory", "pids", "cpu"} <= enabled and os.access(parent, os.W_OK) else None
+
+
+class AttemptCgroup:
+    """One attempt's cgroup under `parent`: the kernel enforces memory, process count and one core of CPU."""
+
+    def __init__(self, parent: Path, memory_mb: int, processes: int):
+        self.path = parent / f"gspo-attempt-{os.getpid()}-{next(_counter)}"
+        self.path.mkdir()
+        try:
+            for key, value in (("memory.max", memory_mb << 20), ("memory.swap.max", 0), ("pids.max", processes),
+                               ("cpu.max", "100000 100000")):  # fmt: skip
+                (self.path / key).write_text(f"{value}\n")
+        except BaseException:
+            self.close()
+            raise
+
+    def add_tree(self, root_pid: int) -> None:
+        """Move the launched process and everything it has started into the cgroup. Called before the job is sent
+        (no model code runs before that); each process is moved before its children are read, so a child forked in
+        between is born inside."""
+        frontier = [root_pid]
+        while frontier:
+            pid = frontier.pop()
+            with contextlib.suppress(OSError):
+                (self.path / "cgroup.procs").write_text(f"{pid}\n")
+            frontier += children(pid)
+
+    def over(self) -> str | None:
+        with contextlib.suppress(OSError, ValueError):
+            events = dict(line.split() for line in (self.path / "memory.events").read_text().splitlines())
+            if int(events.get("oom_kill", 0)):
+                return "the attempt's cgroup ran out of memory"
+        return None
+
+    def kill(self) -> None:
+        with contextlib.suppress(OSError):
+            (self.path / "cgroup.kill").write_text("1\n")  # Linux 5.14+
+
+    def close(self) -> None:
+        """Kill whatever is left in the cgroup and remove it."""
+        self.kill()
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            try:
+                self.path.rmdir()
+                return
+            except FileNotFoundError:
+                return
+            except OSError:  # still populated: the kill takes a moment
+                time.sleep(0.01)

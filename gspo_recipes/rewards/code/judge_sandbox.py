@@ -1,0 +1,403 @@
+"""The judge in a sandbox of its own: the dataset's tests run confined, apart from the host and from the program.
+
+The rule: test code from the dataset is trusted to be honest, never to be safe with the program's data. So each
+attempt's judge (one completion of one row) runs in a process of its own, forked from the pool worker, that
+
+  - sees a private filesystem: a fresh tmpfs root with the system directories, the interpreter's and the packages'
+    directories (everything on `sys.path`) mounted read-only, and nothing else of the host; a private, empty, writable
+    working directory (`/tmp/judge`, on the root's own size-capped tmpfs) that is new for every attempt and gone
+    after it; its own /proc, network, IPC and UTS namespaces;
+  - runs as an unprivileged uid of its own (below the program's range), with no capabilities and no way to regain
+    them, and dies with its parent;
+  - cannot start sandboxes itself: it asks this process (the broker, unconfined), which starts the program's worker
+    and hands over the two pipes. The program's sandbox and the judge's never share a writable path.
+
+So a test that removes a path the program returns removes nothing of the host's, a fixture folder left behind by a
+judge that stalled is gone with its tmpfs, and eight completions of a row with a fixed fixture path each have their
+own. Each attempt also ends on its own deadline (`row_deadline_s`): the broker kills a judge that overruns (work in
+C that no alarm interrupts), and the attempt scores 0.
+
+Where the confinement cannot be built (not root, or a kernel that refuses namespaces), the judge runs in the pool
+process itself with a fresh private working directory per attempt (weaker: the host filesystem stays visible and
+writable to the tests), and the reward warns once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import resource
+import selectors
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+from . import judge, sandbox, worker
+from .isolation import SANDBOX_UID_BASE, SANDBOX_UIDS, _python_mounts, _system_dir_binds, is_root, sandbox_env
+
+OVERRAN = "the judge overran its deadline and was killed"
+JUDGE_UID_BASE = SANDBOX_UID_BASE - SANDBOX_UIDS  # 58976-59999: beside the programs' uids, never one of them
+JUDGE_WORKDIR = "/tmp/judge"
+JUDGE_TMPFS_MB = 64
+JUDGE_PROCESSES = 64
+MAX_WORKER_STARTS = 64  # per attempt: restarts after crashes; the judge cannot ask for more than this
+_CLONE_NEWNS, _CLONE_NEWUTS, _CLONE_NEWIPC, _CLONE_NEWPID, _CLONE_NEWNET = (
+    0x20000, 0x04000000, 0x08000000, 0x20000000, 0x40000000
+)  # fmt: skip
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = (
+    1, 2, 4, 8, 32, 4096, 16384, 1 << 18
+)  # fmt: skip
+_PACKAGE_DIR = str(Path(__file__).resolve().parents[2])  # gspo_recipes: the judge imports its own modules lazily
+_DEVICES = ("null", "zero", "full", "random", "urandom")
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def row_deadline_s(payload: dict) -> float:
+    """How long one attempt's judge may run in all: its row's wall budget, with room for start-up and teardown."""
+    return payload["limits"]["wall_s"] * 1.5 + 3.0
+
+
+def judge_isolated(job: dict):
+    """The pool's entry point: `judge.judge_tests(job)` in a confined process (see the module docstring). Returns
+    its verdict, or `OVERRAN` when it ran past `row_deadline_s`."""
+    if not confinement_works():
+        return _judge_unconfined(job)
+    deadline = time.monotonic() + row_deadline_s(job)
+    uid = JUDGE_UID_BASE + os.getpid() % SANDBOX_UIDS  # one per pool process: it judges one attempt at a time
+    root = tempfile.mkdtemp(prefix="gspo-judge-root-")  # stays empty on the host: the judge mounts a tmpfs on it
+    with contextlib.ExitStack() as stack:
+        stack.callback(os.rmdir, root)
+        broker_end, judge_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        stack.callback(broker_end.close)
+        with judge_end:
+            result_read, result_write = os.pipe()
+            stack.callback(os.close, result_read)
+            try:
+                child = os.fork()
+                if child == 0:
+                    _child(job, root, uid, judge_end.fileno(), result_write)  # never returns
+            finally:
+                os.close(result_write)
+        with contextlib.suppress(OSError):
+            os.setpgid(child, child)  # also done in the child: whichever runs first
+        stack.callback(_reap, child)
+        return _Broker(job, broker_end, result_read).serve(deadline)
+
+
+def _reap(child: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(child, signal.SIGKILL)
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(child, 0)
+
+
+class _Broker:
+    """The unconfined side of one attempt: starts and ends the program's workers when the judge asks, and collects
+    the verdict. Every worker it started is ended before `serve` returns."""
+
+    def __init__(self, job: dict, sock: socket.socket, result_read: int):
+        self.job, self.sock, self.result_read = job, sock, result_read
+        self.workers: dict[int, worker.WorkerProcess] = {}
+        self.starts = 0
+        self.result = bytearray()
+
+    def serve(self, deadline: float):
+        with selectors.DefaultSelector() as selector, contextlib.ExitStack() as workers:
+            workers.callback(self._end_all)
+            selector.register(self.sock, selectors.EVENT_READ)
+            selector.register(self.result_read, selectors.EVENT_READ)
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return OVERRAN
+                for key, _ in selector.select(remaining):
+                    if key.fileobj is self.sock:
+                        if not self._answer():
+                            selector.unregister(self.sock)
+                    else:
+                        chunk = os.read(self.result_read, 1 << 16)
+                        if not chunk:  # the judge has exited: its verdict is complete, or there is none
+                            return self._verdict()
+                        self.result += chunk
+
+    def _verdict(self):
+        try:
+            verdict = json.loads(self.result)
+        except ValueError:
+            raise RuntimeError("the confined judge exited without a verdict") from None
+        return tuple(verdict) if isinstance(verdict, list) else verdict
+
+    def _answer(self) -> bool:
+        """Serve one request from the judge; False once it has hung up."""
+        try:
+            data = self.sock.recv(4096)
+            request = json.loads(data) if data else None
+        except (OSError, ValueError):
+            return False
+        if not isinstance(request, list) or not request:
+            return False
+        if request[0] == "start":
+            self._start()
+        elif request[0] == "end" and len(request) == 2:
+            process = self.workers.pop(request[1], None)
+            if process is not None:
+                process.end()
+            self._send(["ended"])
+        return True
+
+    def _start(self) -> None:
+        if self.starts >= MAX_WORKER_STARTS:
+            return self._send(["failed", 0, "too many workers for one attempt"])
+        self.starts += 1
+        job = self.job
+        try:
+            process = worker.WorkerProcess(job["backend"], job["program"], job["per_test_s"],
+                                           sandbox.Limits(**job["limits"]))  # fmt: skip
+        except OSError as error:
+            return self._send(["failed", error.errno or 0, str(error)[:200]])
+        self.workers[self.starts] = process
+        fds = process.hand_over()
+        try:
+            socket.send_fds(self.sock, [json.dumps(["started", self.starts]).encode()], list(fds))
+        except OSError:
+            pass  # the judge is gone; the worker is ended with the others
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    def _send(self, message: list) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.send(json.dumps(message).encode())
+
+    def _end_all(self) -> None:
+        with contextlib.ExitStack() as steps:
+            for process in self.workers.values():
+                steps.callback(process.end)
+            self.workers = {}
+
+
+class _BrokerClient:
+    """The judge's way to start workers (installed as `worker.broker` in the confined process)."""
+
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+        sock.settimeout(60.0)  # the broker answers at once; this only bounds a broker that died
+
+    def __call__(self, backend, program, per_test_s, limits):
+        # The broker starts the attempt's own program with its own limits: the judge chooses nothing but when.
+        self.sock.send(b'["start"]')
+        message, fds, _, _ = socket.recv_fds(self.sock, 4096, 2)
+        reply = json.loads(message) if message else ["failed", 0, "the broker is gone"]
+        if reply[0] != "started" or len(fds) != 2:
+            for fd in fds:
+                os.close(fd)
+            raise OSError(reply[1] if len(reply) > 1 else 0, reply[2] if len(reply) > 2 else "no worker")
+        worker_id = reply[1]
+
+        def end() -> None:
+            with contextlib.suppress(OSError):
+                self.sock.send(json.dumps(["end", worker_id]).encode())
+                self.sock.recv(4096)
+
+        return fds[0], fds[1], end
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The confined process
+
+
+def _child(job: dict, root: str, uid: int, sock_fd: int, result_write: int) -> None:
+    """In the forked child: close everything inherited but the two channels, enter new namespaces, and let the
+    first process of the new PID namespace build the root and judge. Never returns."""
+    status = 1
+    try:
+        os.setpgid(0, 0)
+        _keep_only(sock_fd, result_write)
+        _check(_libc.unshare(_CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWNET | _CLONE_NEWIPC | _CLONE_NEWUTS), "unshare")
+        inner = os.fork()  # the first process of the new PID namespace: it can mount a /proc of its own
+        if inner == 0:
+            _judge_confined(job, root, uid, sock_fd, result_write)
+        os.close(sock_fd)
+        os.close(result_write)
+        status = os.waitstatus_to_exitcode(os.waitpid(inner, 0)[1])
+    finally:
+        os._exit(status & 0xFF)
+
+
+def _judge_confined(job: dict, root: str, uid: int, sock_fd: int, result_write: int) -> None:
+    try:
+        _build_root(root, uid)
+        _drop_to(uid)
+        worker.broker = _BrokerClient(socket.socket(fileno=sock_fd))
+        verdict = judge.judge_tests(job)
+        data = json.dumps(verdict, default=str).encode()
+    except BaseException as error:  # noqa: BLE001 (no verdict: the broker turns an empty reply into the row's 0)
+        with contextlib.suppress(BaseException):
+            os.write(2, f"gspo confined judge failed: {type(error).__name__}: {error}\n".encode())
+        os._exit(1)
+    view = memoryview(data)
+    while view:
+        view = view[os.write(result_write, view) :]
+    os._exit(0)
+
+
+def _keep_only(*fds: int) -> None:
+    """Close every inherited descriptor (the pool's pipes to the trainer among them) except stdio and `fds`; stdin
+    becomes /dev/null."""
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    keep = sorted({0, 1, 2, *fds})
+    for low, high in zip(keep, [*keep[1:], resource.getrlimit(resource.RLIMIT_NOFILE)[0]]):
+        os.closerange(low + 1, high)
+
+
+def _build_root(root: str, uid: int) -> None:
+    """The private filesystem (see the module docstring), then chroot into it."""
+    _mount(None, "/", None, _MS_REC | _MS_PRIVATE)  # nothing mounted here propagates back to the host
+    _mount("tmpfs", root, "tmpfs", _MS_NOSUID | _MS_NODEV, f"size={JUDGE_TMPFS_MB}m,mode=0755")
+    top = Path(root)
+    args = _system_dir_binds()
+    for kind, source, target in zip(args[::3], args[1::3], args[2::3]):  # ["--symlink"|"--ro-bind", src, dst]*
+        if kind == "--symlink":
+            os.symlink(source, top / target.lstrip("/"))
+        else:
+            _bind_read_only(source, top / target.lstrip("/"))
+    for path in ("/usr", "/etc", *read_only_roots()):
+        if os.path.isdir(path) and not (top / path.lstrip("/")).exists():
+            _bind_read_only(path, top / path.lstrip("/"))
+    (top / "dev").mkdir()
+    for name in _DEVICES:
+        if os.path.exists(f"/dev/{name}"):
+            (top / "dev" / name).touch()
+            _mount(f"/dev/{name}", str(top / "dev" / name), None, _MS_BIND)
+    (top / "proc").mkdir()
+    _mount("proc", str(top / "proc"), "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+    (top / "tmp").mkdir(exist_ok=True)  # there already when an interpreter lives under /tmp (bound above)
+    os.chmod(top / "tmp", 0o1777)
+    (top / JUDGE_WORKDIR.lstrip("/")).mkdir(mode=0o700)
+    os.chown(top / JUDGE_WORKDIR.lstrip("/"), uid, uid)
+    os.chroot(root)
+    os.chdir(JUDGE_WORKDIR)
+
+
+def read_only_roots() -> list[str]:
+    """What the judge may read of the host: the interpreter's directories and every directory on `sys.path` (what
+    the tests can import), outermost first, none inside another."""
+    roots = set(_python_mounts())
+    roots |= {os.path.realpath(entry) for entry in sys.path if os.path.isabs(entry) and os.path.isdir(entry)}
+    roots.add(_PACKAGE_DIR)
+    roots = sorted(root for root in roots if root not in ("/", "/tmp") and not root.startswith(("/usr/", "/etc/")))
+    return [root for root in roots if not any(root.startswith(other + "/") for other in roots)]
+
+
+def _bind_read_only(source: str, target: Path) -> None:
+    if os.path.isdir(source):
+        target.mkdir(parents=True, exist_ok=True)
+    else:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.touch()
+    _mount(source, str(target), None, _MS_BIND | _MS_REC)
+    flags = _MS_BIND | _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV
+    _mount(None, str(target), None, flags)
+
+
+def _drop_to(uid: int) -> None:
+    """Become `uid` for good: no groups, no capabilities (bounding set emptied), no new privileges, and killed when
+    the process that started it dies."""
+    for capability in range(64):
+        if _libc.prctl(24, capability, 0, 0, 0) != 0:  # PR_CAPBSET_DROP; EINVAL past the last capability
+            break
+    resource.setrlimit(resource.RLIMIT_NPROC, (JUDGE_PROCESSES, JUDGE_PROCESSES))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+    _check(_libc.prctl(38, 1, 0, 0, 0), "no_new_privs")  # PR_SET_NO_NEW_PRIVS
+    _check(_libc.prctl(1, signal.SIGKILL, 0, 0, 0), "pdeathsig")  # PR_SET_PDEATHSIG (cleared by the uid change)
+    os.environ.clear()
+    os.environ.update(sandbox_env(JUDGE_WORKDIR), USER="judge", LOGNAME="judge")  # getpass: the uid has no name
+
+
+def _mount(source, target, fstype, flags, data=None) -> None:
+    encode = lambda text: None if text is None else text.encode()  # noqa: E731
+    _check(_libc.mount(encode(source), encode(target), encode(fstype), flags, encode(data)), f"mount {target}")
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        number = ctypes.get_errno()
+        raise OSError(number, f"{what}: {os.strerror(number)}")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Whether it works here, and the fallback
+
+
+_works: bool | None = None
+_warned = False
+
+
+def confinement_works() -> bool:
+    """Whether this machine lets the judge be confined (root, with mount and PID namespaces): tried once per
+    process, by confining a judge with nothing to judge."""
+    global _works
+    if _works is None:
+        _works = is_root() and _try_confinement()
+    return _works
+
+
+def _try_confinement() -> bool:
+    root = tempfile.mkdtemp(prefix="gspo-judge-probe-")
+    try:
+        child = os.fork()
+        if child == 0:
+            status = 1
+            try:
+                _keep_only()
+                _check(_libc.unshare(_CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWNET), "unshare")
+                inner = os.fork()
+                if inner == 0:
+                    try:
+                        _build_root(root, JUDGE_UID_BASE)
+                        _drop_to(JUDGE_UID_BASE)
+                        os._exit(0 if os.getcwd() == JUDGE_WORKDIR and not os.path.exists(root) else 1)
+                    finally:
+                        os._exit(1)
+                status = os.waitstatus_to_exitcode(os.waitpid(inner, 0)[1])
+            finally:
+                os._exit(status & 0xFF)
+        return os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]) == 0
+    except OSError:
+        return False
+    finally:
+        os.rmdir(root)
+
+
+def _judge_unconfined(job: dict):
+    """The fallback: the judge here, in a fresh private working directory for this attempt only."""
+    global _warned
+    if not _warned:
+        _warned = True
+        warnings.warn(
+            "the code judge cannot be confined here (it needs root and mount/PID namespaces): the dataset's tests run "
+            "in the reward worker, with the host filesystem visible, in a fresh private working directory per "
+            "attempt",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    workdir = tempfile.mkdtemp(prefix="gspo-judge-")
+    previous = os.getcwd()
+    try:
+        os.chdir(workdir)
+        return judge.judge_tests(job)
+    finally:
+        os.chdir(previous)
+        shutil.rmtree(workdir, ignore_errors=True)
