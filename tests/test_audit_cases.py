@@ -49,7 +49,7 @@ def test_a_case_whose_answer_is_right_on_the_row_is_left_out_not_counted(tmp_pat
     honestly. The audit checks each case's trick-free twin against the row's tests and leaves such a case out."""
     import json
 
-    from gspo_recipes.cli import main
+    from gspo_recipes.commands.cli import main
 
     row = {"text": "Return the index of x in xs, or -1.",
            "code": "def find(xs, x):\n    return xs.index(x) if x in xs else -1\n",
@@ -67,7 +67,7 @@ def test_a_case_whose_answer_is_right_on_the_row_is_left_out_not_counted(tmp_pat
 def test_the_audit_names_rows_whose_tests_check_nothing(tmp_path, capsys):
     import json
 
-    from gspo_recipes.cli import main
+    from gspo_recipes.commands.cli import main
 
     weak = dict(MBPP_ROW, test_list=["add_numbers(1, 2)", "assert add_numbers(2, 5) == 7"])
     path = tmp_path / "rows.jsonl"
