@@ -267,8 +267,8 @@ DEGENERATE = [
 def test_repetition_loops_score_zero_never_none(grader):
     # Their cost is measured in benchmarks/bench_degenerate.py, not here: this checks the verdicts.
     assert _mismatches(grader, [(text, 0.0) for text in DEGENERATE]) == {}
-    # A loop that repeats the right answer is still that one answer.
-    assert _score(grader, [_loop("The answer is 18. ")], "18") == [1.0, 1.0]
+    # A loop of the right answer is a loop too (more than MAX_MARKERS commitments); a few repeats are one answer.
+    assert _score(grader, [_loop("The answer is 18. "), "The answer is 18. " * 5], "18") == [0.0, 1.0, 0.0, 1.0]
 
 
 def test_the_tolerance_path_cannot_raise():
