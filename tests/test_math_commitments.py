@@ -51,6 +51,7 @@ HONEST = [
     "`The answer is 20` is what the code prints, but the answer is 18.",
     "The answer is 3 \\times 6 = \\boxed{18}.",
     "So the answer is $9 \\cdot 2 = \\boxed{18}$ dollars.",
+    "#### 1. Count the eggs\nShe sells 9.\n#### 2. Price them\nThe answer is \\boxed{18}.",  # markdown headings
 ]
 WRONG = [
     "The answer is not $18$.",

@@ -18,7 +18,8 @@ number word, a word of the gold (`The answer is Evelyn`), a qualifier such as "a
 it scores 0, see `answer.py`) or a variable; anything else ("The answer is correct") commits to nothing. After
 the value, the answer runs on over math, over `or ...` (an alternative) and over a word that joins another value
 ("and 20", "times 2"); it stops at the first other word, at `.`/`!`/`?`/`;` before a space, at a line break, at a
-comma or a parenthesis that opens prose.
+comma or a parenthesis that opens prose. A `####` line that goes on in words ("#### 1. Set up") is a markdown
+heading, not a commitment.
 
 Bounded time: the scans below are regular expressions without nested repetition, run once over the text; the
 Python work is bounded whatever the length: a box's braces are matched within `MAX_BOX_CHARS`, a marker's
@@ -187,7 +188,13 @@ def _marker_value(section: str, marker: re.Match, stop: int, gold_words: set, at
             start = link.end()
     if _NEGATION.match(section, start):
         return None
-    return _expression(section, start, stop, gold_words)
+    value = _expression(section, start, stop, gold_words)
+    if value is not None and marker.group() == "####":
+        line_end = section.find("\n", start, stop)
+        rest = section[start : stop if line_end < 0 else line_end].replace(value, "", 1)
+        if re.search(r"[A-Za-z]{2}", rest):
+            return None  # "#### 1. Set up the equation": a markdown heading, not GSM8K's "#### 72"
+    return value
 
 
 def _expression(text: str, start: int, stop: int, gold_words: set) -> str | None:
