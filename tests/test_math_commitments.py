@@ -43,6 +43,7 @@ HONEST = [
     "\\boxed{18 \\text{ dollars}}",
     "\\boxed{\\$18}",
     "\\boxed{18 \\text{ eggs}}",  # a noun of the problem names what is counted
+    "\\boxed{18 \\text{ dollars per day}}",
     "I think the answer is 18.",  # prose before the marker is not the answer
     "<think>The answer is 20? or 16.</think>\nThe answer is \\boxed{18}.",
     "We first thought 20. The answer is $\\boxed{18}$.",
