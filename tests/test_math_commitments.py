@@ -54,6 +54,33 @@ HONEST = [
     "So the answer is $9 \\cdot 2 = \\boxed{18}$ dollars.",
     "#### 1. Count the eggs\nShe sells 9.\n#### 2. Price them\nThe answer is \\boxed{18}.",  # markdown headings
 ]
+# The shapes real models end in (Qwen, DeepSeek, Llama chat templates), honest and wrong.
+HONEST += [
+    "Therefore, the final answer is: $\\boxed{18}$. I hope it is correct.",
+    "**Final Answer**\n\\[\n\\boxed{18}\n\\]",
+    "Thus, the answer is \\(\\boxed{18}\\).",
+    "**Answer: 18**",
+    "Answer: **18**",
+    "The answer is **18**.",
+    "ANSWER: 18",
+    "Answer:\n18",
+    "the answer is $18$ dollars.",
+    "The answer is \\$18.",
+    "The answer is $\\$18$.",
+    "Final answer: \\(18\\)",
+    "The answer is 18.00",
+    "Answer: 18%",
+    "The answer is: $18$",
+    "The answer is: \\[18\\]",
+    "### Final Answer\nThe total is $\\boxed{18}$.",
+    "<think>\nLet me think. 9*2=18. Maybe 20? No.\n</think>\n\nJanet makes **$18** per day.\n\n**Answer:** 18",
+    "The answer is 18 (dollars).",
+    "The answer is 18, i.e. 9 \\times 2.",
+    "The answer is $18$. \n\nVerification: $16 - 3 - 4 = 9$ and $9 \\times 2 = 18$. ✓",
+    "\\boxed{18}\n\nThe answer is $\\boxed{18}$ dollars.",
+    "Final Answer: $\\boxed{18}$",
+    "The answer is 18.\n\n**Note**: the answer is not 20.",
+]
 WRONG = [
     "The answer is not $18$.",
     "The answer is not 18.",
@@ -123,6 +150,24 @@ WRONG = [
     "<think>The answer is \\boxed{18}.",
     "The answer is 20 or \\boxed{18}",
     "The answer is 17 so \\boxed{18}",
+    "\\boxed{18}\n\n**Answer:** 20",
+    "The answer is $\\boxed{18}$ or $\\boxed{20}$",
+    "Answer: 18\nAnswer: 20",
+    "\\boxed{18}. Final answer: twenty",
+    "\\boxed{18}\n\\boxed{20}",
+    "The answer is $18$ or $20$.",
+    "Answer: 18 or 20",
+    "The answer is ~18",
+    "The answer is ≈18",
+    "The answer is 18-ish",
+    "The answer: at least 18",
+    "**Answer:** approximately $18$",
+    "The answer is 18 \\pm 2",
+    "The answer is $18 \\text{ or } 20$",
+    "\\boxed{18}\n\nANSWER = 19",
+    "The answer is 18; the answer is 19.",
+    "Answer: 18, 19, 20",
+    "Final answer — 17",
 ]
 
 
