@@ -137,6 +137,8 @@ WRONG = [
     "\\boxed{\\text{negative } 18}",
     "\\boxed{\\text{half of } 18}",
     "\\boxed{\\text{twice } 18}",
+    "\\boxed{18 \\text{ dozen}}",
+    "\\boxed{18 \\text{ tenths}}",
     "The answer is approximately 18.",
     "The answer is about 18.",
     "The answer is 18 or 20",
