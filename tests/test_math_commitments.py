@@ -43,6 +43,7 @@ HONEST = [
     "\\boxed{18 \\text{ dollars}}",
     "\\boxed{\\$18}",
     "\\boxed{18 \\text{ eggs}}",  # a noun of the problem names what is counted
+    "\\boxed{18 \\text{ dollars per day}}",
     "I think the answer is 18.",  # prose before the marker is not the answer
     "<think>The answer is 20? or 16.</think>\nThe answer is \\boxed{18}.",
     "We first thought 20. The answer is $\\boxed{18}$.",
@@ -51,6 +52,34 @@ HONEST = [
     "`The answer is 20` is what the code prints, but the answer is 18.",
     "The answer is 3 \\times 6 = \\boxed{18}.",
     "So the answer is $9 \\cdot 2 = \\boxed{18}$ dollars.",
+    "#### 1. Count the eggs\nShe sells 9.\n#### 2. Price them\nThe answer is \\boxed{18}.",  # markdown headings
+]
+# The shapes real models end in (Qwen, DeepSeek, Llama chat templates), honest and wrong.
+HONEST += [
+    "Therefore, the final answer is: $\\boxed{18}$. I hope it is correct.",
+    "**Final Answer**\n\\[\n\\boxed{18}\n\\]",
+    "Thus, the answer is \\(\\boxed{18}\\).",
+    "**Answer: 18**",
+    "Answer: **18**",
+    "The answer is **18**.",
+    "ANSWER: 18",
+    "Answer:\n18",
+    "the answer is $18$ dollars.",
+    "The answer is \\$18.",
+    "The answer is $\\$18$.",
+    "Final answer: \\(18\\)",
+    "The answer is 18.00",
+    "Answer: 18%",
+    "The answer is: $18$",
+    "The answer is: \\[18\\]",
+    "### Final Answer\nThe total is $\\boxed{18}$.",
+    "<think>\nLet me think. 9*2=18. Maybe 20? No.\n</think>\n\nJanet makes **$18** per day.\n\n**Answer:** 18",
+    "The answer is 18 (dollars).",
+    "The answer is 18, i.e. 9 \\times 2.",
+    "The answer is $18$. \n\nVerification: $16 - 3 - 4 = 9$ and $9 \\times 2 = 18$. ✓",
+    "\\boxed{18}\n\nThe answer is $\\boxed{18}$ dollars.",
+    "Final Answer: $\\boxed{18}$",
+    "The answer is 18.\n\n**Note**: the answer is not 20.",
 ]
 WRONG = [
     "The answer is not $18$.",
@@ -108,6 +137,8 @@ WRONG = [
     "\\boxed{\\text{negative } 18}",
     "\\boxed{\\text{half of } 18}",
     "\\boxed{\\text{twice } 18}",
+    "\\boxed{18 \\text{ dozen}}",
+    "\\boxed{18 \\text{ tenths}}",
     "The answer is approximately 18.",
     "The answer is about 18.",
     "The answer is 18 or 20",
@@ -121,6 +152,24 @@ WRONG = [
     "<think>The answer is \\boxed{18}.",
     "The answer is 20 or \\boxed{18}",
     "The answer is 17 so \\boxed{18}",
+    "\\boxed{18}\n\n**Answer:** 20",
+    "The answer is $\\boxed{18}$ or $\\boxed{20}$",
+    "Answer: 18\nAnswer: 20",
+    "\\boxed{18}. Final answer: twenty",
+    "\\boxed{18}\n\\boxed{20}",
+    "The answer is $18$ or $20$.",
+    "Answer: 18 or 20",
+    "The answer is ~18",
+    "The answer is ≈18",
+    "The answer is 18-ish",
+    "The answer: at least 18",
+    "**Answer:** approximately $18$",
+    "The answer is 18 \\pm 2",
+    "The answer is $18 \\text{ or } 20$",
+    "\\boxed{18}\n\nANSWER = 19",
+    "The answer is 18; the answer is 19.",
+    "Answer: 18, 19, 20",
+    "Final answer — 17",
 ]
 
 
@@ -267,8 +316,8 @@ DEGENERATE = [
 def test_repetition_loops_score_zero_never_none(grader):
     # Their cost is measured in benchmarks/bench_degenerate.py, not here: this checks the verdicts.
     assert _mismatches(grader, [(text, 0.0) for text in DEGENERATE]) == {}
-    # A loop that repeats the right answer is still that one answer.
-    assert _score(grader, [_loop("The answer is 18. ")], "18") == [1.0, 1.0]
+    # A loop of the right answer is a loop too (more than MAX_MARKERS commitments); a few repeats are one answer.
+    assert _score(grader, [_loop("The answer is 18. "), "The answer is 18. " * 5], "18") == [0.0, 1.0, 0.0, 1.0]
 
 
 def test_the_tolerance_path_cannot_raise():

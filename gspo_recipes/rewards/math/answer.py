@@ -30,7 +30,7 @@ UNIT_WORDS = frozenset(
     cm mm km m meter meters metre metres inch inches in ft foot feet yard yards yd mile miles mi mph kph
     g kg gram grams kilogram kilograms lb lbs pound pounds oz ounce ounces ton tons
     l ml liter liters litre litres gallon gallons cup cups quart quarts
-    s sec second seconds min mins minute minutes h hr hrs hour hours day days week weeks month months year years
+    s sec second seconds min mins minute minutes h hr hrs hour hours day days week weeks month months year years per
     """.split()
 )
 # Words that change or qualify a value: never dropped, even where the problem uses them.
@@ -41,12 +41,14 @@ NUMBER_WORDS = {
         "seventeen eighteen nineteen".split()
     )
 } | {word: 10 * (i + 2) for i, word in enumerate("twenty thirty forty fifty sixty seventy eighty ninety".split())}
-MULTIPLIERS = {"hundred": 100, "thousand": 1000, "million": 10**6, "billion": 10**9, "trillion": 10**12, "k": None}
+MULTIPLIERS = {"hundred": 100, "thousand": 1000, "million": 10**6, "billion": 10**9, "trillion": 10**12, "dozen": 12}
+MULTIPLIERS |= {"hundreds": 100, "thousands": 1000, "millions": 10**6, "billions": 10**9, "dozens": 12, "k": None}
 VALUE_WORDS = frozenset(
     """or and nor not no never none neither either but half halves third thirds quarter quarters fourth double
     twice triple thrice negative minus plus times over under less more fewer least most about around nearly
     almost roughly approximately approx circa close near up to than ish so maybe perhaps possibly probably likely
-    per of squared cubed root roots between except without inverse reciprocal radian radians rad""".split()
+    of squared cubed root roots between except without inverse reciprocal radian radians rad
+    tenth tenths hundredth hundredths thousandth thousandths millionth millionths fifth fifths""".split()
 )
 
 _TEXT_COMMAND = re.compile(r"\\(?:text|textbf|textit|textrm|textnormal|mathrm|mathbf|mathit|mbox|operatorname)\s*\{")

@@ -18,11 +18,13 @@ number word, a word of the gold (`The answer is Evelyn`), a qualifier such as "a
 it scores 0, see `answer.py`) or a variable; anything else ("The answer is correct") commits to nothing. After
 the value, the answer runs on over math, over `or ...` (an alternative) and over a word that joins another value
 ("and 20", "times 2"); it stops at the first other word, at `.`/`!`/`?`/`;` before a space, at a line break, at a
-comma or a parenthesis that opens prose.
+comma or a parenthesis that opens prose. A `####` line that goes on in words ("#### 1. Set up") is a markdown
+heading, not a commitment.
 
-Bounded time: every scan below is one pass over the text (regular expressions without nested repetition, a brace
-stack), and a marker's expression is read only up to the next commitment or `MAX_EXPRESSION_CHARS`, so a
-repetition loop of any length costs time linear in its length.
+Bounded time: the scans below are regular expressions without nested repetition, run once over the text; the
+Python work is bounded whatever the length: a box's braces are matched within `MAX_BOX_CHARS`, a marker's
+expression is read up to the next marker or `MAX_EXPRESSION_CHARS`, and a completion with more than `MAX_MARKERS`
+boxes or markers is a repetition loop, not an answer (it scores 0, and the scan stops there).
 """
 
 from __future__ import annotations
@@ -34,9 +36,12 @@ from .answer import MULTIPLIERS, NUMBER_WORDS, VALUE_WORDS
 
 MAX_EXPRESSION_CHARS = 400  # a marker's expression is read at most this far: no dataset answer is longer
 MAX_COMMITMENTS = 8  # distinct other commitments compared at most; more than this many different answers is a dump
+MAX_MARKERS = 64  # boxes or markers: more than this many is a repetition loop, not an answer, and scores 0
+MAX_BOX_CHARS = 1000  # a box that does not close within this many characters is no answer (none is longer)
 
 _CODE = re.compile(r"```[^`]*(?:```|$)|`[^`\n]*`")
-_BOX_OR_BRACE = re.compile(r"\\[{}]|\\(?:boxed|fbox)\s*\{|[{}]")
+_BOX = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_BRACE = re.compile(r"\\[{}]|[{}]")
 _MARKER = re.compile(
     r"####|(?<![A-Za-z\\])ans(?:wers?)?(?![A-Za-z])|^[ \t]*A[ \t]*[:：]",  # "final answer" is "answer" too
     re.IGNORECASE | re.MULTILINE,
@@ -89,23 +94,16 @@ def read_commitments(text: str, gold: str = "") -> Commitments | None:
     if section is None:
         return None
     boxes = outer_boxes(section)
-    gold_words = {word.lower() for word in re.findall(r"[A-Za-z]+", gold)}
-    inside_box = _membership(boxes)
-    values, seen = [], {}  # a repetition loop writes the same marker and expression again: read each once
-    markers = [m for m in _MARKER.finditer(section) if not inside_box(m.start())]
-    line_start, previous = 0, 0
-    for index, marker in enumerate(markers):
-        stop = markers[index + 1].start() if index + 1 < len(markers) else len(section)
-        stop = min(stop, marker.end() + MAX_EXPRESSION_CHARS)
-        line_start = max(line_start, section.rfind("\n", previous, marker.start()) + 1)
-        previous = marker.start()
-        head = section[line_start : marker.start()] if marker.start() - line_start <= 24 else "-"  # a bounded look
-        at_line_start = head.strip(" \t#*_>").lower() in ("", "final")  # "## Answer", "**Final Answer**"
-        key = (at_line_start, section[marker.start() : stop])
-        if key not in seen:
-            seen[key] = _marker_value(section, marker, stop, gold_words, at_line_start)
-        if seen[key] is not None:
-            values.append(seen[key])
+    inside_box = _membership(boxes or [])
+    markers = []
+    for marker in _MARKER.finditer(section):  # lazily: a loop of markers stops the scan at MAX_MARKERS + 1
+        if not inside_box(marker.start()):
+            markers.append(marker)
+            if len(markers) > MAX_MARKERS:
+                break
+    if boxes is None or len(markers) > MAX_MARKERS:
+        return Commitments("", (), too_many=True)
+    values = _marker_values(section, markers, {word.lower() for word in re.findall(r"[A-Za-z]+", gold)})
     if boxes:
         answer, others = section[boxes[-1][0] : boxes[-1][1]], [section[s:e] for s, e in boxes[:-1]]
     elif values:
@@ -117,28 +115,47 @@ def read_commitments(text: str, gold: str = "") -> Commitments | None:
     return Commitments(answer, distinct[:MAX_COMMITMENTS], too_many=len(distinct) > MAX_COMMITMENTS)
 
 
+def _marker_values(section: str, markers: list[re.Match], gold_words: set) -> list[str]:
+    """The expression after each marker that is followed by one, each read up to the next marker at most."""
+    values, line_start, previous = [], 0, 0
+    for index, marker in enumerate(markers):
+        stop = markers[index + 1].start() if index + 1 < len(markers) else len(section)
+        stop = min(stop, marker.end() + MAX_EXPRESSION_CHARS)
+        line_start = max(line_start, section.rfind("\n", previous, marker.start()) + 1)
+        previous = marker.start()
+        head = section[line_start : marker.start()] if marker.start() - line_start <= 24 else "-"  # a bounded look
+        at_line_start = head.strip(" \t#*_>").lower() in ("", "final")  # "## Answer", "**Final Answer**"
+        value = _marker_value(section, marker, stop, gold_words, at_line_start)
+        if value is not None:
+            values.append(value)
+    return values
+
+
 def boxed_contents(text: str) -> list[str]:
     """The contents of every outermost `\\boxed{...}` / `\\fbox{...}` in `text`, braces matched."""
-    return [text[start:end] for start, end in outer_boxes(text)]
+    return [text[start:end] for start, end in outer_boxes(text, most=None)]
 
 
-def outer_boxes(text: str) -> list[tuple[int, int]]:
-    """(start, end) of the content of every box not inside another, in one pass with a stack of open braces;
-    an unclosed box is no answer."""
-    boxes, stack, open_boxes = [], [], 0  # stack: per open brace, the start of the box content it opens, or -1
-    for match in _BOX_OR_BRACE.finditer(text):
-        token = match.group()
-        if token[0] == "\\" and len(token) == 2:
-            continue  # \{ and \} are set braces, not groups
-        if token[-1] == "{":
-            stack.append(match.end() if len(token) > 1 else -1)
-            open_boxes += len(token) > 1
-        elif stack:
-            start = stack.pop()
-            if start >= 0:
-                open_boxes -= 1
-                if open_boxes == 0:
-                    boxes.append((start, match.start()))
+def outer_boxes(text: str, most: int | None = MAX_MARKERS) -> list[tuple[int, int]] | None:
+    """(start, end) of the content of every box not inside another; None when there are more than `most`.
+    Only braces inside a box matter, and each box is matched within MAX_BOX_CHARS: a box that does not close
+    there is no answer."""
+    boxes, end = [], -1
+    for count, match in enumerate(_BOX.finditer(text)):
+        if most is not None and count >= most:
+            return None
+        if match.start() < end:
+            continue  # a box inside the previous one belongs to its answer
+        depth = 1
+        for brace in _BRACE.finditer(text, match.end(), match.end() + MAX_BOX_CHARS):
+            token = brace.group()
+            if len(token) == 2:
+                continue  # \{ and \} are set braces, not groups
+            depth += 1 if token == "{" else -1
+            if depth == 0:
+                boxes.append((match.end(), brace.start()))
+                end = brace.end()
+                break
     return boxes
 
 
@@ -171,7 +188,13 @@ def _marker_value(section: str, marker: re.Match, stop: int, gold_words: set, at
             start = link.end()
     if _NEGATION.match(section, start):
         return None
-    return _expression(section, start, stop, gold_words)
+    value = _expression(section, start, stop, gold_words)
+    if value is not None and marker.group() == "####":
+        line_end = section.find("\n", start, stop)
+        rest = section[start : stop if line_end < 0 else line_end].replace(value, "", 1)
+        if re.search(r"[A-Za-z]{2}", rest):
+            return None  # "#### 1. Set up the equation": a markdown heading, not GSM8K's "#### 72"
+    return value
 
 
 def _expression(text: str, start: int, stop: int, gold_words: set) -> str | None:
