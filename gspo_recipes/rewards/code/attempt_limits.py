@@ -31,6 +31,8 @@ import threading
 import time
 from pathlib import Path
 
+from .isolation import is_root
+
 POLL_S = 0.02
 CPU_GRACE_S = 0.5  # start-up bursts (bwrap, the interpreter) and the granularity of the kernel's CPU accounting
 _PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -106,6 +108,11 @@ class AttemptGuard:
         else:
             self.meter = AttemptMeter(root_pid, memory_mb, cpu_s)
 
+    @classmethod
+    def for_launch(cls, pid: int, limits, orphans: int | None = None) -> AttemptGuard:
+        """The guard for a process just launched under `limits` (a `sandbox.Limits`); `orphans`: see `orphan_uid`."""
+        return cls(pid, limits.memory_mb, limits.cpu_budget_s, limits.processes, orphans)
+
     def over(self) -> str | None:
         return self.cgroup.over() if self.cgroup is not None else self.meter.over()
 
@@ -125,6 +132,12 @@ class AttemptGuard:
     def close(self) -> None:
         if self.cgroup is not None:
             self.cgroup.close()
+
+
+def orphan_uid(backend: str, uid: int) -> int | None:
+    """Without a PID namespace (`plain`), a process that leaves its parent leaves the attempt's process tree; as root
+    the attempt's own uid still names it, and its orphans are killed with the attempt."""
+    return uid if backend == "plain" and is_root() else None
 
 
 def orphans_of(uid: int) -> list[int]:
