@@ -130,6 +130,20 @@ def test_busy_processes_in_their_own_sessions_are_one_attempt_on_one_core(backen
     assert scores == [0.0, 1.0]
 
 
+@pytest.mark.parametrize("backend", _backends(slow_beyond_bwrap=True))
+def test_processes_that_leave_their_parent_are_still_the_attempts(backend):
+    """An io program whose child starts 31 busy daemons in new sessions and exits, so that they belong to no live
+    process of the attempt: still killed with it (plain: found by the attempt's uid), 0; the CPU-bound honest
+    program beside it prints its answer in time, 1.0."""
+    daemons = "import os, time\nif os.fork() == 0:\n    for _ in range(31):\n        if os.fork() == 0:\n"
+    daemons += "            os.setsid()\n            while True:\n                pass\n    os._exit(0)\n"
+    daemons += "time.sleep(3)\nprint(3)\n"
+    busy = "total = 0\nfor i in range(2_000_000):\n    total += i\nprint(3)\n"
+    scores = code_execution([daemons, busy], io_tests=[[{"input": "", "output": "3"}]] * 2, backend=backend,
+                            timeout_s=5.0)  # fmt: skip
+    assert scores == [0.0, 1.0]
+
+
 def test_the_meter_sums_what_it_sees():
     """The fallback's arithmetic on this very process: its own memory and CPU, and the verdicts at the edges."""
     meter = attempt_limits.AttemptMeter(os.getpid(), memory_mb=1 << 20, cpu_s=1e9)

@@ -34,6 +34,7 @@ from pathlib import Path
 from .isolation import is_root
 
 POLL_S = 0.02
+ORPHAN_SCAN_EVERY = 10  # polls between two looks for a `plain` attempt's orphans (about 200 ms)
 CPU_GRACE_S = 0.5  # start-up bursts (bwrap, the interpreter) and the granularity of the kernel's CPU accounting
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -43,13 +44,18 @@ class AttemptMeter:
     """The fallback: sums the memory and CPU of the processes under `root_pid` and says when the attempt is over
     its limits."""
 
-    def __init__(self, root_pid: int, memory_mb: int, cpu_s: float):
+    def __init__(self, root_pid: int, memory_mb: int, cpu_s: float, orphan_uid: int | None = None):
         self.root_pid, self.memory_bytes, self.cpu_s = root_pid, memory_mb << 20, cpu_s
+        self.orphan_uid, self.orphans, self.polls = orphan_uid, [], 0
         self.started = time.monotonic()
 
     def processes(self) -> list[int]:
-        """The root and all its descendants."""
-        found, frontier = [], [self.root_pid]
+        """The root and all its descendants, and (with `orphan_uid`) the attempt's orphans with theirs: those are
+        looked for every `ORPHAN_SCAN_EVERY` polls, a scan of all of /proc being the costly part."""
+        if self.orphan_uid is not None and self.polls % ORPHAN_SCAN_EVERY == 0:
+            self.orphans = orphans_of(self.orphan_uid)
+        self.polls += 1
+        found, frontier = [], [self.root_pid, *self.orphans]
         while frontier:
             pid = frontier.pop()
             found.append(pid)
@@ -106,7 +112,7 @@ class AttemptGuard:
                 self.cgroup.close()
                 raise
         else:
-            self.meter = AttemptMeter(root_pid, memory_mb, cpu_s)
+            self.meter = AttemptMeter(root_pid, memory_mb, cpu_s, orphan_uid)
 
     @classmethod
     def for_launch(cls, pid: int, limits, orphans: int | None = None) -> AttemptGuard:
@@ -122,10 +128,10 @@ class AttemptGuard:
         if self.cgroup is not None:
             self.cgroup.kill()
             return
-        found = self.meter.processes()[1:]  # descendants of a process not yet reaped: no pid reuse possible
-        if self.orphan_uid is not None:
-            found += orphans_of(self.orphan_uid)
-        for pid in found:
+        self.meter.polls = 0  # the last look, so that orphans made since the last scan are found too
+        for pid in self.meter.processes():
+            if pid == self.meter.root_pid:  # its owner kills and reaps it (its group id stays reserved till then)
+                continue
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
 
