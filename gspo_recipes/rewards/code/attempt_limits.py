@@ -17,8 +17,10 @@ Two ways to enforce it, the stronger where it is available:
              descendants: in the bwrap and unshare backends that is the whole PID namespace, which no process can
              leave) are read from /proc every `POLL_S`, resident memory and CPU time summed. The per-process rlimits
              (RLIMIT_AS, RLIMIT_CPU, RLIMIT_NPROC) stay the hard backstop: between two polls an attempt can exceed its
-             memory budget by at most what its processes allocate in `POLL_S`. Under the `plain` backend a process
-             that double-forks away from its parent leaves the meter's view (never its rlimits): use bwrap.
+             memory budget by at most what its processes allocate in `POLL_S`. Under the `plain` backend (no PID
+             namespace) a process that double-forks away from its parent leaves the tree: as root the attempt's own
+             uid still names it, and its orphans are looked for every `ORPHAN_SCAN_EVERY` polls; not as root, it is
+             outside the meter's view (never its rlimits): use bwrap.
 """
 
 from __future__ import annotations
