@@ -13,6 +13,7 @@ or the canary untouched) and the honest control beside it 1.0.
 import errno
 import os
 import signal
+import subprocess
 import time
 
 import pytest
@@ -157,12 +158,22 @@ def test_the_meter_sums_what_it_sees():
 @pytest.mark.skipif(attempt_limits.cgroup_parent() is None, reason="no delegated cgroup v2 (set GSPO_SANDBOX_CGROUP "
                     "to one with memory, pids and cpu enabled); the meter enforces the limits here")  # fmt: skip
 def test_with_a_cgroup_the_kernel_holds_the_attempt():
-    guard = attempt_limits.AttemptGuard(os.getpid(), memory_mb=64, cpu_s=10, processes=8)
+    """A launched process lands in an attempt cgroup of its own with the attempt's limits, dies with it, and the
+    cgroup is removed. (The attacks above then run against the kernel's limits instead of the meter's.)"""
+    process = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    guard = attempt_limits.AttemptGuard(process.pid, memory_mb=64, cpu_s=10, processes=8)
     try:
-        assert guard.cgroup is not None and (guard.cgroup.path / "memory.max").read_text().strip() == str(64 << 20)
+        assert guard.cgroup is not None, "the cgroup was refused (see the log)"
+        assert str(process.pid) in (guard.cgroup.path / "cgroup.procs").read_text().split()
+        assert (guard.cgroup.path / "memory.max").read_text().strip() == str(64 << 20)
+        assert (guard.cgroup.path / "cpu.max").read_text().split() == ["100000", "100000"]
+        guard.kill_all()
+        assert process.wait(timeout=10) == -signal.SIGKILL
     finally:
-        (guard.cgroup.path.parent / "cgroup.procs").write_text(f"{os.getpid()}\n")  # back out before it is removed
+        process.kill()
+        process.wait()
         guard.close()
+    assert not guard.cgroup.path.exists()
 
 
 # ----------------------------------------------------------------------------------------------------------------

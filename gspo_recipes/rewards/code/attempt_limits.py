@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 import os
 import signal
 import threading
@@ -34,6 +35,8 @@ import time
 from pathlib import Path
 
 from .isolation import is_root
+
+logger = logging.getLogger(__name__)
 
 POLL_S = 0.02
 ORPHAN_SCAN_EVERY = 10  # polls between two looks for a `plain` attempt's orphans (about 200 ms)
@@ -104,16 +107,19 @@ class AttemptGuard:
 
     def __init__(self, root_pid: int, memory_mb: int, cpu_s: float, processes: int, orphan_uid: int | None = None):
         self.orphan_uid = orphan_uid
+        self.cgroup = self.meter = None
         parent = cgroup_parent()
-        self.cgroup = AttemptCgroup(parent, memory_mb, processes) if parent is not None else None
-        self.meter = None
-        if self.cgroup is not None:
+        if parent is not None:
             try:
-                self.cgroup.add_tree(root_pid)
-            except BaseException:
-                self.cgroup.close()
-                raise
-        else:
+                self.cgroup = AttemptCgroup(parent, memory_mb, processes)
+                if not self.cgroup.add_tree(root_pid):
+                    raise OSError("the launched process could not be moved into its cgroup")
+            except OSError as error:  # a cgroup that cannot hold the attempt: the meter does, and the log says why
+                logger.warning("per-attempt cgroup under %s unusable (%s); using the /proc meter", parent, error)
+                if self.cgroup is not None:
+                    self.cgroup.close()
+                self.cgroup = None
+        if self.cgroup is None:
             self.meter = AttemptMeter(root_pid, memory_mb, cpu_s, orphan_uid)
 
     @classmethod
@@ -213,23 +219,25 @@ class AttemptCgroup:
         self.path = parent / f"gspo-attempt-{os.getpid()}-{next(_counter)}"
         self.path.mkdir()
         try:
-            for key, value in (("memory.max", memory_mb << 20), ("memory.swap.max", 0), ("pids.max", processes),
-                               ("cpu.max", "100000 100000")):  # fmt: skip
+            for key, value in (("memory.max", memory_mb << 20), ("pids.max", processes), ("cpu.max", "100000 100000")):
                 (self.path / key).write_text(f"{value}\n")
+            with contextlib.suppress(FileNotFoundError):  # absent where the kernel accounts no swap
+                (self.path / "memory.swap.max").write_text("0\n")
         except BaseException:
             self.close()
             raise
 
-    def add_tree(self, root_pid: int) -> None:
-        """Move the launched process and everything it has started into the cgroup. Called before the job is sent
-        (no model code runs before that); each process is moved before its children are read, so a child forked in
-        between is born inside."""
+    def add_tree(self, root_pid: int) -> bool:
+        """Move the launched process and everything it has started into the cgroup; whether the launched process is
+        now inside. Called before the job is sent (no model code runs before that); each process is moved before
+        its children are read, so a child forked in between is born inside."""
         frontier = [root_pid]
         while frontier:
             pid = frontier.pop()
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(ProcessLookupError):  # one that exited meanwhile
                 (self.path / "cgroup.procs").write_text(f"{pid}\n")
             frontier += children(pid)
+        return str(root_pid) in (self.path / "cgroup.procs").read_text().split()
 
     def over(self) -> str | None:
         with contextlib.suppress(OSError, ValueError):
