@@ -13,6 +13,7 @@ or the canary untouched) and the honest control beside it 1.0.
 import errno
 import os
 import signal
+import subprocess
 import time
 
 import pytest
@@ -130,6 +131,20 @@ def test_busy_processes_in_their_own_sessions_are_one_attempt_on_one_core(backen
     assert scores == [0.0, 1.0]
 
 
+@pytest.mark.parametrize("backend", _backends(slow_beyond_bwrap=True))
+def test_processes_that_leave_their_parent_are_still_the_attempts(backend):
+    """An io program whose child starts 31 busy daemons in new sessions and exits, so that they belong to no live
+    process of the attempt: still killed with it (plain: found by the attempt's uid), 0; the CPU-bound honest
+    program beside it prints its answer in time, 1.0."""
+    daemons = "import os, time\nif os.fork() == 0:\n    for _ in range(31):\n        if os.fork() == 0:\n"
+    daemons += "            os.setsid()\n            while True:\n                pass\n    os._exit(0)\n"
+    daemons += "time.sleep(3)\nprint(3)\n"
+    busy = "total = 0\nfor i in range(2_000_000):\n    total += i\nprint(3)\n"
+    scores = code_execution([daemons, busy], io_tests=[[{"input": "", "output": "3"}]] * 2, backend=backend,
+                            timeout_s=5.0)  # fmt: skip
+    assert scores == [0.0, 1.0]
+
+
 def test_the_meter_sums_what_it_sees():
     """The fallback's arithmetic on this very process: its own memory and CPU, and the verdicts at the edges."""
     meter = attempt_limits.AttemptMeter(os.getpid(), memory_mb=1 << 20, cpu_s=1e9)
@@ -143,12 +158,22 @@ def test_the_meter_sums_what_it_sees():
 @pytest.mark.skipif(attempt_limits.cgroup_parent() is None, reason="no delegated cgroup v2 (set GSPO_SANDBOX_CGROUP "
                     "to one with memory, pids and cpu enabled); the meter enforces the limits here")  # fmt: skip
 def test_with_a_cgroup_the_kernel_holds_the_attempt():
-    guard = attempt_limits.AttemptGuard(os.getpid(), memory_mb=64, cpu_s=10, processes=8)
+    """A launched process lands in an attempt cgroup of its own with the attempt's limits, dies with it, and the
+    cgroup is removed. (The attacks above then run against the kernel's limits instead of the meter's.)"""
+    process = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    guard = attempt_limits.AttemptGuard(process.pid, memory_mb=64, cpu_s=10, processes=8)
     try:
-        assert guard.cgroup is not None and (guard.cgroup.path / "memory.max").read_text().strip() == str(64 << 20)
+        assert guard.cgroup is not None, "the cgroup was refused (see the log)"
+        assert str(process.pid) in (guard.cgroup.path / "cgroup.procs").read_text().split()
+        assert (guard.cgroup.path / "memory.max").read_text().strip() == str(64 << 20)
+        assert (guard.cgroup.path / "cpu.max").read_text().split() == ["100000", "100000"]
+        guard.kill_all()
+        assert process.wait(timeout=10) == -signal.SIGKILL
     finally:
-        (guard.cgroup.path.parent / "cgroup.procs").write_text(f"{os.getpid()}\n")  # back out before it is removed
+        process.kill()
+        process.wait()
         guard.close()
+    assert not guard.cgroup.path.exists()
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -17,21 +17,29 @@ Two ways to enforce it, the stronger where it is available:
              descendants: in the bwrap and unshare backends that is the whole PID namespace, which no process can
              leave) are read from /proc every `POLL_S`, resident memory and CPU time summed. The per-process rlimits
              (RLIMIT_AS, RLIMIT_CPU, RLIMIT_NPROC) stay the hard backstop: between two polls an attempt can exceed its
-             memory budget by at most what its processes allocate in `POLL_S`. Under the `plain` backend a process
-             that double-forks away from its parent leaves the meter's view (never its rlimits): use bwrap.
+             memory budget by at most what its processes allocate in `POLL_S`. Under the `plain` backend (no PID
+             namespace) a process that double-forks away from its parent leaves the tree: as root the attempt's own
+             uid still names it, and its orphans are looked for every `ORPHAN_SCAN_EVERY` polls; not as root, it is
+             outside the meter's view (never its rlimits): use bwrap.
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 import os
 import signal
 import threading
 import time
 from pathlib import Path
 
+from .isolation import is_root
+
+logger = logging.getLogger(__name__)
+
 POLL_S = 0.02
+ORPHAN_SCAN_EVERY = 10  # polls between two looks for a `plain` attempt's orphans (about 200 ms)
 CPU_GRACE_S = 0.5  # start-up bursts (bwrap, the interpreter) and the granularity of the kernel's CPU accounting
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -41,13 +49,18 @@ class AttemptMeter:
     """The fallback: sums the memory and CPU of the processes under `root_pid` and says when the attempt is over
     its limits."""
 
-    def __init__(self, root_pid: int, memory_mb: int, cpu_s: float):
+    def __init__(self, root_pid: int, memory_mb: int, cpu_s: float, orphan_uid: int | None = None):
         self.root_pid, self.memory_bytes, self.cpu_s = root_pid, memory_mb << 20, cpu_s
+        self.orphan_uid, self.orphans, self.polls = orphan_uid, [], 0
         self.started = time.monotonic()
 
     def processes(self) -> list[int]:
-        """The root and all its descendants."""
-        found, frontier = [], [self.root_pid]
+        """The root and all its descendants, and (with `orphan_uid`) the attempt's orphans with theirs: those are
+        looked for every `ORPHAN_SCAN_EVERY` polls, a scan of all of /proc being the costly part."""
+        if self.orphan_uid is not None and self.polls % ORPHAN_SCAN_EVERY == 0:
+            self.orphans = orphans_of(self.orphan_uid)
+        self.polls += 1
+        found, frontier = [], [self.root_pid, *self.orphans]
         while frontier:
             pid = frontier.pop()
             found.append(pid)
@@ -94,17 +107,25 @@ class AttemptGuard:
 
     def __init__(self, root_pid: int, memory_mb: int, cpu_s: float, processes: int, orphan_uid: int | None = None):
         self.orphan_uid = orphan_uid
+        self.cgroup = self.meter = None
         parent = cgroup_parent()
-        self.cgroup = AttemptCgroup(parent, memory_mb, processes) if parent is not None else None
-        self.meter = None
-        if self.cgroup is not None:
+        if parent is not None:
             try:
-                self.cgroup.add_tree(root_pid)
-            except BaseException:
-                self.cgroup.close()
-                raise
-        else:
-            self.meter = AttemptMeter(root_pid, memory_mb, cpu_s)
+                self.cgroup = AttemptCgroup(parent, memory_mb, processes)
+                if not self.cgroup.add_tree(root_pid):
+                    raise OSError("the launched process could not be moved into its cgroup")
+            except OSError as error:  # a cgroup that cannot hold the attempt: the meter does, and the log says why
+                logger.warning("per-attempt cgroup under %s unusable (%s); using the /proc meter", parent, error)
+                if self.cgroup is not None:
+                    self.cgroup.close()
+                self.cgroup = None
+        if self.cgroup is None:
+            self.meter = AttemptMeter(root_pid, memory_mb, cpu_s, orphan_uid)
+
+    @classmethod
+    def for_launch(cls, pid: int, limits, orphans: int | None = None) -> AttemptGuard:
+        """The guard for a process just launched under `limits` (a `sandbox.Limits`); `orphans`: see `orphan_uid`."""
+        return cls(pid, limits.memory_mb, limits.cpu_budget_s, limits.processes, orphans)
 
     def over(self) -> str | None:
         return self.cgroup.over() if self.cgroup is not None else self.meter.over()
@@ -115,16 +136,22 @@ class AttemptGuard:
         if self.cgroup is not None:
             self.cgroup.kill()
             return
-        found = self.meter.processes()[1:]  # descendants of a process not yet reaped: no pid reuse possible
-        if self.orphan_uid is not None:
-            found += orphans_of(self.orphan_uid)
-        for pid in found:
+        self.meter.polls = 0  # the last look, so that orphans made since the last scan are found too
+        for pid in self.meter.processes():
+            if pid == self.meter.root_pid:  # its owner kills and reaps it (its group id stays reserved till then)
+                continue
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
 
     def close(self) -> None:
         if self.cgroup is not None:
             self.cgroup.close()
+
+
+def orphan_uid(backend: str, uid: int) -> int | None:
+    """Without a PID namespace (`plain`), a process that leaves its parent leaves the attempt's process tree; as root
+    the attempt's own uid still names it, and its orphans are killed with the attempt."""
+    return uid if backend == "plain" and is_root() else None
 
 
 def orphans_of(uid: int) -> list[int]:
@@ -192,23 +219,25 @@ class AttemptCgroup:
         self.path = parent / f"gspo-attempt-{os.getpid()}-{next(_counter)}"
         self.path.mkdir()
         try:
-            for key, value in (("memory.max", memory_mb << 20), ("memory.swap.max", 0), ("pids.max", processes),
-                               ("cpu.max", "100000 100000")):  # fmt: skip
+            for key, value in (("memory.max", memory_mb << 20), ("pids.max", processes), ("cpu.max", "100000 100000")):
                 (self.path / key).write_text(f"{value}\n")
+            with contextlib.suppress(FileNotFoundError):  # absent where the kernel accounts no swap
+                (self.path / "memory.swap.max").write_text("0\n")
         except BaseException:
             self.close()
             raise
 
-    def add_tree(self, root_pid: int) -> None:
-        """Move the launched process and everything it has started into the cgroup. Called before the job is sent
-        (no model code runs before that); each process is moved before its children are read, so a child forked in
-        between is born inside."""
+    def add_tree(self, root_pid: int) -> bool:
+        """Move the launched process and everything it has started into the cgroup; whether the launched process is
+        now inside. Called before the job is sent (no model code runs before that); each process is moved before
+        its children are read, so a child forked in between is born inside."""
         frontier = [root_pid]
         while frontier:
             pid = frontier.pop()
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(ProcessLookupError):  # one that exited meanwhile
                 (self.path / "cgroup.procs").write_text(f"{pid}\n")
             frontier += children(pid)
+        return str(root_pid) in (self.path / "cgroup.procs").read_text().split()
 
     def over(self) -> str | None:
         with contextlib.suppress(OSError, ValueError):

@@ -80,9 +80,10 @@ def judge_isolated(job: dict):
             result_read, result_write = os.pipe()
             stack.callback(os.close, result_read)
             try:
+                parent = os.getpid()
                 child = os.fork()
                 if child == 0:
-                    _child(job, root, uid, judge_end.fileno(), result_write)  # never returns
+                    _child(job, root, uid, judge_end.fileno(), result_write, parent)  # never returns
             finally:
                 os.close(result_write)
         with contextlib.suppress(OSError):
@@ -213,12 +214,15 @@ class _BrokerClient:
 # The confined process
 
 
-def _child(job: dict, root: str, uid: int, sock_fd: int, result_write: int) -> None:
+def _child(job: dict, root: str, uid: int, sock_fd: int, result_write: int, parent: int) -> None:
     """In the forked child: close everything inherited but the two channels, enter new namespaces, and let the
     first process of the new PID namespace build the root and judge. Never returns."""
     status = 1
     try:
         os.setpgid(0, 0)
+        _check(_libc.prctl(1, signal.SIGKILL, 0, 0, 0), "pdeathsig")  # PR_SET_PDEATHSIG: dies with the pool process
+        if os.getppid() != parent:  # it died before that took effect
+            return
         _keep_only(sock_fd, result_write)
         _check(_libc.unshare(_CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWNET | _CLONE_NEWIPC | _CLONE_NEWUTS), "unshare")
         inner = os.fork()  # the first process of the new PID namespace: it can mount a /proc of its own

@@ -20,7 +20,6 @@ process (its uid, its environment, the bwrap/unshare command lines) is built in 
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import math
@@ -37,7 +36,7 @@ import time
 import warnings
 from pathlib import Path
 
-from .attempt_limits import POLL_S, AttemptGuard
+from .attempt_limits import POLL_S, AttemptGuard, orphan_uid
 from .isolation import (  # noqa: F401 (SANDBOX_UID_BASE, SANDBOX_UIDS: this module's public names, kept importable)
     SANDBOX_UID_BASE,
     SANDBOX_UIDS,
@@ -266,7 +265,7 @@ def _supervise(
     """Feed the job and stdin, collect capped output, and kill the whole group at the deadline or on overflow."""
     start = time.monotonic()
     try:
-        guard = attempt_guard(process.pid, limits, orphans)  # before the job is written: no model code has run yet
+        guard = AttemptGuard.for_launch(process.pid, limits, orphans)  # before the job: no model code has run yet
     except BaseException:
         os.close(job_write)
         _kill_group(process, namespaced, False)
@@ -286,18 +285,6 @@ def _supervise(
     stdout, stderr = run.captured()
     return Execution(process.returncode, stdout, stderr, run.timed_out, run.exceeded, time.monotonic() - start,
                      run.over_limits)  # fmt: skip
-
-
-def attempt_guard(pid: int, limits: Limits, orphans: int | None = None) -> AttemptGuard:
-    """The per-attempt limits (memory summed, one core, CPU budget) for the process just launched; `orphans`: the
-    uid whose orphaned processes are the attempt's too (see `orphan_uid`)."""
-    return AttemptGuard(pid, limits.memory_mb, limits.cpu_budget_s, limits.processes, orphans)
-
-
-def orphan_uid(backend: str, uid: int) -> int | None:
-    """Without a PID namespace (`plain`), a process that leaves its parent leaves the attempt's process tree; as
-    root the attempt's own uid still names it, and its orphans are killed with the attempt."""
-    return uid if backend == "plain" and is_root() else None
 
 
 class _Supervision:
@@ -421,17 +408,6 @@ def _kill_group(process: subprocess.Popen, namespaced: bool, exited: bool) -> No
         os.killpg(process.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
-
-
-def kill_without_reaping(process: subprocess.Popen, namespaced: bool, guard: AttemptGuard) -> None:
-    """SIGKILL to every process of the attempt, the namespace's init (namespaced backends) and the process group,
-    from any thread; whoever owns the process still reaps it with `_kill_group` and `wait`."""
-    guard.kill_all()
-    for child in _children(process.pid) if namespaced else []:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(child, signal.SIGKILL)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
 
 
 def _children(pid: int) -> list[int]:

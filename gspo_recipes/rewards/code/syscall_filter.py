@@ -14,8 +14,9 @@ state are refused. Two kinds:
               same). They fail with ENOSYS, as on a kernel that predates them: libraries fall back to plain reads.
 
 What remains, documented rather than closed: timing. A read of a cached file returns in microseconds, an uncached one
-waits for the disk; a program can time its reads (or fault in a mapping and time it) and recover the same bit, more
-slowly and with noise. Closing that needs a private copy of every file the program can read per attempt.
+waits for the disk; a program can time its reads (or fault in a mapping and time it, or read in /proc/self/pagemap
+which neighbouring pages the kernel mapped in around a fault: only cached ones) and recover the same bit, more slowly
+and with noise. Closing that needs a private copy of every file the program can read per attempt.
 
 Prepended to the harness source (see `sandbox.py`): standard library only, no `from __future__` import.
 """

@@ -22,7 +22,7 @@ import signal
 import time
 
 from . import sandbox
-from .attempt_limits import Watchdog
+from .attempt_limits import AttemptGuard, Watchdog, orphan_uid
 from .isolation import uid_slot
 from .wire import MAX_MESSAGE_BYTES, NotPlainData, dumps, loads
 
@@ -60,9 +60,8 @@ class WorkerProcess:
                 )
             # The attempt's limits, before the job is written (no model code has run yet); its reader is the judge,
             # so a thread checks them.
-            self._guard = sandbox.attempt_guard(self.process.pid, limits, sandbox.orphan_uid(backend, uid))
-            process, namespaced, guard = self.process, self.namespaced, self._guard
-            self._watchdog = Watchdog(guard, lambda why: sandbox.kill_without_reaping(process, namespaced, guard))
+            self._guard = AttemptGuard.for_launch(self.process.pid, limits, orphan_uid(backend, uid))
+            self._watchdog = Watchdog(self._guard, _killer(self.process.pid, self._guard))
         except BaseException:
             if self.process is not None:  # spawned: its job pipe is ours to close
                 os.close(job_write)
@@ -104,6 +103,18 @@ class WorkerProcess:
                 steps.callback(guard.kill_all)  # before the pipe closes: its processes in new sessions too
             if watchdog is not None:
                 steps.callback(watchdog.stop)  # first: no kill from its thread once the process is being reaped
+
+
+def _killer(pid: int, guard: AttemptGuard):
+    """What the watchdog does from its thread: SIGKILL to every process of the attempt and the launched process's
+    group, without reaping (the owner reaps in `end`, after stopping the watchdog: the group id stays reserved)."""
+
+    def kill(why: str) -> None:
+        guard.kill_all()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+
+    return kill
 
 
 def _end_process(process, namespaced: bool) -> None:
