@@ -116,7 +116,8 @@ def test_honest_results_are_carried_whole_and_wrong_ones_are_not():
         honest, wrong, row_tests = CARRIED[name]
         completions += [honest, wrong]
         tests += [row_tests, row_tests]
-    scores = code_execution(completions, tests=tests, timeout_s=TIMEOUT_S)
+    # The reward's default budget: 14 programs start at once here, some importing numpy, on a shared machine.
+    scores = code_execution(completions, tests=tests)
     for i, name in enumerate(names):
         assert scores[2 * i : 2 * i + 2] == [1.0, 0.0], name
 
