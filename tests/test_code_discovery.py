@@ -256,3 +256,22 @@ def test_a_plain_script_is_one_test_and_keeps_its_own_main():
     own_main = "def main():\n    assert add(1, 2) == 3\n    assert add(2, 2) == 4\n\nmain()\n"
     asserts = "assert add(1, 2) == 3\nassert add(2, 2) == 4\n"
     assert score_rows([own_main, asserts], [CORRECT, WRONG, SHOWN_ONLY]) == [[1.0, 0.0, 0.0], [1.0, 0.0, 0.0]]
+
+
+def test_a_collected_test_that_runs_away_fails_alone_under_its_own_alarm():
+    runaway = script("""
+        import pytest
+        def test_runs_away():
+            add(1, 2)
+            while True:
+                pass
+        @pytest.fixture
+        def slow():
+            while True:
+                pass
+        def test_slow_fixture(slow):
+            assert add(1, 2) == 3
+        def test_fine():
+            assert add(1, 2) == 3
+        """)
+    assert score_rows([runaway], [CORRECT, WRONG]) == [[pytest.approx(1 / 3), 0.0]]

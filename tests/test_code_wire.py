@@ -96,11 +96,14 @@ CARRIED = {
                     self.items.append(x)
                 def pop(self):
                     return self.items.pop()
+            def make_stack():
+                return Stack()
             """),
         "def naturals():\n    while True:\n        yield 0\nclass Stack:\n    def push(self, x):\n        pass\n"
-        "    def pop(self):\n        return 0\n",
+        "    def pop(self):\n        return 0\ndef make_stack():\n    return Stack()\n",
         ["import itertools\nassert list(itertools.islice(naturals(), 4)) == [0, 1, 2, 3]",
-         "s = Stack()\ns.push(4)\ns.push(5)\nassert s.pop() == 5 and s.pop() == 4"],
+         "s = Stack()\ns.push(4)\ns.push(5)\nassert s.pop() == 5 and s.pop() == 4",
+         "s = make_stack()\ns.push(7)\nassert s.pop() == 7"],  # a factory's object, used as an object
     ),
 }  # fmt: skip
 
@@ -113,7 +116,8 @@ def test_honest_results_are_carried_whole_and_wrong_ones_are_not():
         honest, wrong, row_tests = CARRIED[name]
         completions += [honest, wrong]
         tests += [row_tests, row_tests]
-    scores = code_execution(completions, tests=tests, timeout_s=TIMEOUT_S)
+    # The reward's default budget: 14 programs start at once here, some importing numpy, on a shared machine.
+    scores = code_execution(completions, tests=tests)
     for i, name in enumerate(names):
         assert scores[2 * i : 2 * i + 2] == [1.0, 0.0], name
 

@@ -16,16 +16,12 @@ a copy of the script in a fresh temporary folder (for its node ids and traceback
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import inspect
+import functools
 import os
-import tempfile
 import types
 import unittest
 from collections.abc import Callable
-
-import pytest
 
 SCRIPT_NAME = "test_row.py"
 _PYTEST_ARGS = ["-q", "-s", "--assert=plain", "--disable-plugin-autoload", "--noconftest", "-p", "no:cacheprovider",
@@ -54,7 +50,11 @@ def run_collected(module: types.ModuleType, source: str, begin_test: Callable[[]
     text). `begin_test()` is called as each test starts and returns `counts()`, asked as it ends: False makes a test
     the runner passed "uncounted" (the judge's rule: it never called the program). `around_phase()` wraps each of a
     test's setup, call and teardown (the judge's alarm)."""
-    plugin = _RowPlugin(module, begin_test, around_phase)
+    import tempfile
+
+    import pytest  # here, not at the top: most rows (asserts, HumanEval's check) never need it in the judge
+
+    plugin = _row_plugin_class()(module, begin_test, around_phase)
     for name in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS"):  # the trainer's environment does not configure the judge
         os.environ.pop(name, None)
     with tempfile.TemporaryDirectory(prefix="gspo-judge-") as folder:
@@ -71,69 +71,79 @@ def run_collected(module: types.ModuleType, source: str, begin_test: Callable[[]
     return {test: plugin.outcome(test) for test in plugin.collected}
 
 
-class _RowPlugin:
-    def __init__(self, module, begin_test, around_phase):
-        self.module, self.begin_test, self.around_phase = module, begin_test, around_phase
-        self.collected: list[str] = []
-        self.collection_error: str | None = None
-        self.failed: set[str] = set()
-        self.ended_well: set[str] = set()  # the call phase passed, or failed as xfail said it would
-        self.uncounted: set[str] = set()
+@functools.cache
+def _row_plugin_class() -> type:
+    """The pytest plugin that collects from the judge's module and keeps the verdicts (made once, on first use)."""
+    import pytest
 
-    def outcome(self, test: str) -> str:
-        if test not in self.ended_well or test in self.failed:
-            return "failed"
-        return "uncounted" if test in self.uncounted else "passed"
+    class _RowPlugin:
+        def __init__(self, module, begin_test, around_phase):
+            self.module, self.begin_test, self.around_phase = module, begin_test, around_phase
+            self.collected: list[str] = []
+            self.collection_error: str | None = None
+            self.failed: set[str] = set()
+            self.ended_well: set[str] = set()  # the call phase passed, or failed as xfail said it would
+            self.uncounted: set[str] = set()
 
-    def pytest_pycollect_makemodule(self, module_path, parent):
-        collector = pytest.Module.from_parent(parent, path=module_path)
-        collector.obj = self.module  # the module the judge ran; pytest does not import the file
-        return collector
+        def outcome(self, test: str) -> str:
+            if test not in self.ended_well or test in self.failed:
+                return "failed"
+            return "uncounted" if test in self.uncounted else "passed"
 
-    def pytest_collectreport(self, report):
-        if report.failed and self.collection_error is None:
-            lines = str(report.longrepr).strip().splitlines()
-            self.collection_error = f"{SCRIPT_NAME}: {lines[-1] if lines else 'collection failed'}"[:300]
+        def pytest_pycollect_makemodule(self, module_path, parent):
+            collector = pytest.Module.from_parent(parent, path=module_path)
+            collector.obj = self.module  # the module the judge ran; pytest does not import the file
+            return collector
 
-    def pytest_collection_finish(self, session):
-        self.collected = [item.nodeid for item in session.items]
+        def pytest_collectreport(self, report):
+            if report.failed and self.collection_error is None:
+                lines = str(report.longrepr).strip().splitlines()
+                self.collection_error = f"{SCRIPT_NAME}: {lines[-1] if lines else 'collection failed'}"[:300]
 
-    @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_protocol(self, item, nextitem):
-        counts = self.begin_test()
-        try:
-            return (yield)
-        finally:
-            if not counts():
-                self.uncounted.add(item.nodeid)
+        def pytest_collection_finish(self, session):
+            self.collected = [item.nodeid for item in session.items]
 
-    @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_setup(self, item):
-        with self.around_phase():
-            return (yield)
+        @pytest.hookimpl(wrapper=True)
+        def pytest_runtest_protocol(self, item, nextitem):
+            counts = self.begin_test()
+            try:
+                return (yield)
+            finally:
+                if not counts():
+                    self.uncounted.add(item.nodeid)
 
-    @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_call(self, item):
-        with self.around_phase():
-            return (yield)
+        @pytest.hookimpl(wrapper=True)
+        def pytest_runtest_setup(self, item):
+            with self.around_phase():
+                return (yield)
 
-    @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_teardown(self, item, nextitem):
-        with self.around_phase():
-            return (yield)
+        @pytest.hookimpl(wrapper=True)
+        def pytest_runtest_call(self, item):
+            with self.around_phase():
+                return (yield)
 
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_pyfunc_call(self, pyfuncitem):
-        function = pyfuncitem.obj
-        if not inspect.iscoroutinefunction(function):
-            return None
-        names = inspect.signature(function).parameters
-        asyncio.run(function(**{name: value for name, value in pyfuncitem.funcargs.items() if name in names}))
-        return True
+        @pytest.hookimpl(wrapper=True)
+        def pytest_runtest_teardown(self, item, nextitem):
+            with self.around_phase():
+                return (yield)
 
-    def pytest_runtest_logreport(self, report):
-        if report.failed:
-            self.failed.add(report.nodeid)
-        elif report.when == "call" and getattr(report, "context", None) is None:  # the test, not one of its subtests
-            if report.passed or hasattr(report, "wasxfail"):
-                self.ended_well.add(report.nodeid)
+        @pytest.hookimpl(tryfirst=True)
+        def pytest_pyfunc_call(self, pyfuncitem):
+            import asyncio
+            import inspect
+
+            function = pyfuncitem.obj
+            if not inspect.iscoroutinefunction(function):
+                return None
+            names = inspect.signature(function).parameters
+            asyncio.run(function(**{name: value for name, value in pyfuncitem.funcargs.items() if name in names}))
+            return True
+
+        def pytest_runtest_logreport(self, report):
+            if report.failed:
+                self.failed.add(report.nodeid)
+            elif report.when == "call" and getattr(report, "context", None) is None:  # the test, not a subtest
+                if report.passed or hasattr(report, "wasxfail"):
+                    self.ended_well.add(report.nodeid)
+
+    return _RowPlugin

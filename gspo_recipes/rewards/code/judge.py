@@ -57,7 +57,8 @@ def judge_tests(job: dict) -> tuple[int, int, dict] | None:
     be judged: tests pytest cannot collect, a `check` with no entry point); a refused row is (0, 0, report)."""
     _undumpable()
     total = len(job["tests"]) if job["kind"] == "asserts" else job["estimated_tests"]
-    report: dict[str, Any] = {"uncalled": 0, "setup_error": None, "missing_helpers": [], "absent": []}
+    # `programs_doing`: names the tests use whose value is the program's doing (missing, or data it defined)
+    report: dict[str, Any] = {"uncalled": 0, "setup_error": None, "missing_helpers": [], "programs_doing": []}
     row_deadline = time.monotonic() + (STARTUP_ALLOWANCE_S + job["per_test_s"]) * (total + 2)
     link = Link(job, row_deadline)
     try:
@@ -187,12 +188,14 @@ def _test_namespace(job: dict, link: Link, report: dict) -> dict:
         else:
             found = _from_program(link, name)
             if found is ABSENT:
-                report["absent"].append(name)  # the program lacks a name the tests use: its failure, not the row's
+                report["programs_doing"].append(name)  # a name the tests use that the program lacks: its failure
                 continue
             if entry_only and name != entry_point and (isinstance(found, Remote) or not _is_judges(found)):
                 report["missing_helpers"].append(name)
                 continue
             namespace[name] = found
+            if not isinstance(found, Remote) and not _is_judges(found):
+                report["programs_doing"].append(name)  # the program's data (a constant the tests read): its answer, too
     if job.get("setup"):
         _run_setup(compile(job["setup"], "setup.py", "exec"), namespace, link, job["per_test_s"], report)
     return namespace
@@ -262,10 +265,11 @@ def _run_script(job: dict, namespace: dict, link: Link, report: dict) -> tuple[i
     module = types.ModuleType("tests")
     module.__dict__.update(namespace)
     calls = link.calls
+    link.test_deadline = time.monotonic() + per_test_s
     try:
         _run_timed(compile(without_runner_calls(source), discovery.SCRIPT_NAME, "exec"), module.__dict__, per_test_s)
     except BaseException as error:  # noqa: BLE001 (however the script fails, it is the program's or the dataset's)
-        if link.calls == calls and not report["absent"]:
+        if link.calls == calls and not report["programs_doing"]:  # the program had no part in it: the dataset's problem
             raise Refused(f"the test script fails before any call into the program: {type(error).__name__}: "
                           f"{str(error)[:200]}") from None  # fmt: skip
         return 0, max(1, job["estimated_tests"])  # the program broke the script: every test of it fails

@@ -23,8 +23,9 @@ REPLY_GRACE_S = 0.25  # how long past a call's budget the judge waits before it 
 ABSENT = object()
 
 # Methods of the built-in data types. A test that calls one on a program's result expects a str, list, set... : on
-# an object of the program's, the program would answer (`.startswith` that always says True). Refused, except on
-# instances of a class of the program's that the tests construct by name (`Solution()`, `LRUCache(2)`).
+# an object of the program's, the program would answer (`.startswith` that always says True). Refused until the test
+# has used the object as an object: made it from a class of the program's by name (`Solution()`, `LRUCache(2)`), or
+# read an attribute no built-in type has (`stack.push`, after which `stack.pop()` is the stack's own).
 _DATA_METHODS = frozenset(
     name for kind in (str, bytes, list, tuple, dict, set, frozenset, int, float, complex) for name in dir(kind)
 )
@@ -58,6 +59,8 @@ class Remote:
             raise AttributeError(name)
         if name in _DATA_METHODS and not self._open:
             raise TypeError(f"the program's result is not plain data: `.{name}` would be its own, not the built-in's")
+        if name not in _DATA_METHODS:
+            self._open = True  # the test uses it as an object (`stack.push`): from now on its methods are its own
         return self._link.forward(self, ["getattr", self._target, name])
 
     def __str__(self) -> str:
