@@ -85,6 +85,7 @@ def logged_steps(output_dir):
         return [entry["step"] for entry in json.load(f)["log_history"] if "loss" in entry]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("recipe", ["math_gspo.py", "code_gspo.py"])
 def test_offline_default_runs_end_to_end(recipe, tmp_path):
     out = tmp_path / "out"
@@ -107,6 +108,7 @@ def test_offline_default_runs_end_to_end(recipe, tmp_path):
     assert any(reward_name in entry for entry in history), "scored with the real reward function"
 
 
+@pytest.mark.slow
 def test_gsm8k_stopped_and_resumed_ends_like_an_uninterrupted_run(tmp_path, coldstart_cache):
     """Also the embedded default (no model, no dataset): the cold-start path with a pre-built cache."""
     common = [
@@ -150,6 +152,7 @@ def test_gsm8k_stopped_and_resumed_ends_like_an_uninterrupted_run(tmp_path, cold
     assert all(torch.equal(final_whole[name], final_resumed[name]) for name in final_whole)
 
 
+@pytest.mark.slow
 def test_gsm8k_real_path_with_a_local_dataset_and_model(tmp_path):
     """--model_name_or_path and a local .jsonl, with renamed columns: the chat template path of the real recipe."""
     from gspo_recipes.builtin.data.synthetic_gsm import make_gsm_problems
