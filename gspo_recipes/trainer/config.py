@@ -51,7 +51,8 @@ Parameters that differ from `GRPOConfig`'s defaults:
 
 > Held-out evaluation (callbacks/heldout_eval.py, gspo_recipes/stats/heldout.py; the recipes add the callback)
 
-    heldout_eval_steps (`int`, defaults to `0`): score held-out prompts every N optimizer steps; 0 turns it off.
+    heldout_eval_steps (`int`, defaults to `0`): score held-out prompts at the first log on or after every N
+        optimizer steps (held-out evaluation never adds a log); 0 turns it off.
     heldout_num_samples (`int`, defaults to `4`): k, sampled completions per held-out prompt (pass@k, maj@k).
     heldout_max_prompts (`int`, defaults to `32`): at most this many held-out prompts per evaluation.
     heldout_rewards (`list[str]`, defaults to `None`): graders by registry name; None: the strict math graders or
@@ -259,8 +260,9 @@ class GSPOConfig(GRPOConfig):
     heldout_eval_steps: int = field(
         default=0,
         metadata={
-            "help": "Every this many optimizer steps (and at the last), generate on the held-out prompts and log "
-            "heldout/{reward}/pass@1, pass@k, maj@k, greedy. 0: off."
+            "help": "At the first log on or after every this many optimizer steps (and at the last), generate on the "
+            "held-out prompts and log heldout/{reward}/pass@1, pass@k, maj@k, greedy; it never adds a log of its "
+            "own. 0: off."
         },
     )
     heldout_num_samples: int = field(
