@@ -156,6 +156,35 @@ def test_zero_std_groups_never_reach_the_loss_with_dynamic_sampling(tmp_path, ti
     assert trainer.dynamic_sampler.last_fill["rounds"] >= 2  # half the groups are dead or solved: refills ran
 
 
+def test_padding_groups_leave_the_kept_responses_gradient_as_a_batch_of_them_alone(tmp_path, tiny):
+    """One round only, so the batch is padded with zero-std groups: each micro-step's gradient equals the gradient of
+    the same micro-step with the padding rows removed (the README: the loss averages over the kept responses)."""
+    from gspo_recipes.trainer.dynamic_sampling import FILLER_KEY
+
+    trainer = make_trainer(tmp_path, tiny, dynamic_sampling=True, dynamic_sampling_max_rounds=1, max_steps=4)
+    compute_loss, compared = trainer._compute_loss, []
+
+    def spy(model, inputs):
+        loss = compute_loss(model, inputs)
+        kept = ~inputs[FILLER_KEY]
+        if 0 < int(kept.sum()) < kept.numel():
+            rows = kept.numel()
+            alone = {key: value[kept] if isinstance(value, torch.Tensor) and value.dim() and value.size(0) == rows
+                     else value for key, value in inputs.items()}  # fmt: skip
+            alone.pop(FILLER_KEY)
+            weight = model.get_output_embeddings().weight
+            with_padding = torch.autograd.grad(loss, weight, retain_graph=True)[0]
+            without = torch.autograd.grad(compute_loss(model, alone), weight)[0]
+            compared.append((with_padding.norm().item(), without.norm().item()))
+        return loss
+
+    trainer._compute_loss = spy
+    trainer.train()
+    assert compared, "no micro-step mixed kept and padding rows"
+    for with_padding, without in compared:
+        assert with_padding == pytest.approx(without, rel=1e-4) and without > 0
+
+
 def test_without_dynamic_sampling_zero_std_groups_do_reach_the_loss(tmp_path, tiny):
     trainer = make_trainer(tmp_path, tiny)
     seen = spy_loss(trainer)

@@ -12,9 +12,10 @@ How it stays correct:
   quota). A process that filled its quota early still generates in later rounds (the collectives inside TRL's
   generation need every process) and drops its surplus.
 - A batch still short when the budget is spent is filled with the process's own zero-std groups from the first
-  round, with their completion mask zeroed: they keep the shapes and the micro-steps, and never reach the loss.
-  GSPOTrainer's loss (mean over the responses that have tokens) then averages over the kept responses only, so each
-  kept response weighs what it would in a full batch and the step's gradient keeps its scale (from fewer responses);
+  round, with their completion mask zeroed and their rows flagged (`FILLER_KEY`): they keep the shapes and the
+  micro-steps, and never reach the loss. GSPOTrainer's loss counts the flagged rows out of its mean over the
+  micro-batch's responses, so it averages over the kept responses only and the step's gradient keeps its scale (from
+  fewer responses);
   with a loss handed to TRL, `loss_type="grpo"` counts the masked rows in its mean (the gradient shrinks by the kept
   share, as without dynamic sampling) and the token-summing types normalise by tokens, which excludes them.
 - Fresh prompts come from a second, seeded pass over the training set (its own permutation per pass, the same on
@@ -37,6 +38,7 @@ from gspo_recipes import _trl
 from gspo_recipes.stats.groups import has_signal
 
 STATE_FILE = "dynamic_sampling.json"
+FILLER_KEY = "dynamic_sampling_filler"  # bool per row: a padding group's response, which the loss does not count
 
 
 class RefillStream:
@@ -124,6 +126,7 @@ class DynamicSampler:
         masked_rows = torch.tensor([m for _, _, m in picks[rank] for _ in range(G)], device=mask.device)
         if masked_rows.any():  # fillers: in the batch for its shape, out of the loss
             output["completion_mask"] = mask * (~masked_rows).unsqueeze(1).to(mask.dtype)
+        output[FILLER_KEY] = masked_rows  # split with the rows into micro-batches; the loss's count leaves them out
         if "num_items_in_batch" in outputs[0]:  # TRL's token count over every process, after the masking
             output["num_items_in_batch"] = t.accelerator.gather(_trl.loss_mask(output).sum()).sum()
         self._report(signals, passes, picks, refill_indices)

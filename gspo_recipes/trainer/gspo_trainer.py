@@ -31,6 +31,7 @@ from gspo_recipes.sampler import SamplerLogprobs
 from gspo_recipes.sampler.sampling_mask import KEPT_IDS_KEY
 from gspo_recipes.stats.calibration import EpsilonCalibration
 from gspo_recipes.trainer.config import GSPOConfig
+from gspo_recipes.trainer.dynamic_sampling import FILLER_KEY
 from gspo_recipes.trainer.group_health import GroupHealth
 from gspo_recipes.trainer.grpo_conversion import from_grpo_config
 from gspo_recipes.trainer.loss_options import add_entropy_bonus, masked_shares, policy_masks
@@ -267,6 +268,7 @@ class GSPOTrainer(GRPOTrainer):
             accumulation_steps=self.current_gradient_accumulation_steps if mode == "train" else 1,
             # O(B T) on detached values, only while a callback consumes them
             measure_one_token=mode == "train" and self.response_stats is not None,
+            num_responses=counted_responses(inputs, mask),
         )
         loss = step.loss
         if _trl.entropy_bonus_enabled(self):
@@ -315,3 +317,11 @@ class GSPOTrainer(GRPOTrainer):
         if self.calibration is not None:
             metrics["gspo/epsilon_low"].append(self.epsilon_low)
             metrics["gspo/epsilon_high"].append(self.epsilon_high)
+
+
+def counted_responses(inputs, mask) -> int:
+    """The responses the loss averages over: the micro-batch's rows, as TRL counts (a truncated response masked by
+    `mask_truncated_completions` counts as zero), less dynamic sampling's padding rows, which would shrink the
+    gradient of the kept responses by the kept share."""
+    fillers = inputs.get(FILLER_KEY)
+    return mask.size(0) - (0 if fillers is None else int(fillers.sum()))
