@@ -70,7 +70,7 @@ def test_only_the_accuracy_reward_decides_and_keep_filters(tmp_path):
 def test_refusals_name_the_fix(tmp_path, capsys):
     with pytest.raises(SystemExit, match="--keep takes LO:HI"):
         gspo(["passrate", "--keep", "0.9:0.1", "--output_dir", str(tmp_path)])
-    with pytest.raises(SystemExit, match="shaping term"):
+    with pytest.raises(SystemExit, match="known to measure success"):
         gspo(["passrate", *ARGS, "--reward_funcs", "format", "--output_dir", str(tmp_path / "a")])
     assert gspo(["passrate", *ARGS, "--output_dir", str(tmp_path / "b")]) == 0
     with pytest.raises(SystemExit, match="num_generations"):  # resuming with other settings would mix two runs

@@ -32,7 +32,7 @@ def tiny_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("run")
     model, tokenizer = build_tiny_model_and_tokenizer()
     dataset = Dataset.from_list([{"prompt": f"{a}+{b}="} for a in range(4) for b in range(4)])
-    cfg = tiny_config(out, max_steps=8, max_completion_length=16)
+    cfg = tiny_config(out, max_steps=8, max_completion_length=16, dynamic_sampling_reward="digit_count_reward")
     trainer = GSPOTrainer(
         model=model, reward_funcs=digit_count_reward, args=cfg, train_dataset=dataset, processing_class=tokenizer
     )

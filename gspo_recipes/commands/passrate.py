@@ -105,7 +105,8 @@ def main(argv: list[str]) -> int:
     from gspo_recipes.commands.passrate_sampling import Sampler, reward_names
     from gspo_recipes.recipe import load_train_dataset, map_columns, model_and_tokenizer
     from gspo_recipes.rewards import get_rewards
-    from gspo_recipes.stats.groups import signal_reward_index
+    from gspo_recipes.rewards.registry import reward_kind
+    from gspo_recipes.stats.groups import no_signal_reward, signal_reward_index
 
     script_args, training_args, model_args = parse(argv)
     bounds = keep_range(script_args.keep)
@@ -122,9 +123,9 @@ def main(argv: list[str]) -> int:
         )
     rewards = get_rewards(script_args.reward_funcs or ["gsm8k_accuracy"])
     names = reward_names(rewards)
-    signal = signal_reward_index(names, training_args.dynamic_sampling_reward)
+    signal = signal_reward_index(names, [reward_kind(f) for f in rewards], training_args.dynamic_sampling_reward)
     if signal is None:
-        raise SystemExit(f"error: every reward ({', '.join(names)}) is a shaping term; add an accuracy reward.")
+        raise SystemExit(f"error: {no_signal_reward(names)}")
 
     state = PartialState()
     out = training_args.output_dir

@@ -46,7 +46,8 @@ Parameters that differ from `GRPOConfig`'s defaults:
 
     dynamic_sampling (`bool`, defaults to `False`): replace groups with zero std on the signal reward by fresh ones.
     dynamic_sampling_max_rounds (`int`, defaults to `4`): generation rounds per generation batch, the first included.
-    dynamic_sampling_reward (`str`, defaults to `None`): the deciding reward; None is the first accuracy reward.
+    dynamic_sampling_reward (`str`, defaults to `None`): the deciding reward; None is the first reward of kind
+        "accuracy" (`reward_kind` attribute, a registry accuracy reward, TRL's accuracy_reward), never guessed.
     zero_std_epsilon (`float`, defaults to `1e-6`): the std at or below which a group carries no signal.
 
 > Held-out evaluation (callbacks/heldout_eval.py, gspo_recipes/stats/heldout.py; the recipes add the callback)
@@ -245,8 +246,9 @@ class GSPOConfig(GRPOConfig):
         default=None,
         metadata={
             "help": "The reward (a reward function's name) whose std decides whether a group carries signal, for "
-            "dynamic sampling and the gspo/groups/* metrics. None: the first accuracy reward. A shaping term "
-            "(format, soft_overlong_punishment) is refused."
+            "dynamic sampling and the gspo/groups/* metrics. None: the first reward of kind 'accuracy' (a function "
+            "with reward_kind='accuracy', a registry accuracy reward, TRL's accuracy_reward); when none is, dynamic "
+            "sampling refuses to start. A shaping term (format, soft_overlong_punishment) is refused."
         },
     )
     zero_std_epsilon: float = field(

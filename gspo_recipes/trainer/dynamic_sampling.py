@@ -35,7 +35,7 @@ import os
 import torch
 
 from gspo_recipes import _trl
-from gspo_recipes.stats.groups import has_signal
+from gspo_recipes.stats.groups import has_signal, no_signal_reward
 
 STATE_FILE = "dynamic_sampling.json"
 FILLER_KEY = "dynamic_sampling_filler"  # bool per row: a padding group's response, which the loss does not count
@@ -67,11 +67,7 @@ class DynamicSampler:
         args = trainer.args
         health = trainer.group_health
         if health.index is None:
-            raise ValueError(
-                f"dynamic_sampling=True needs a reward that measures success to decide which groups carry signal, but "
-                f"every reward ({', '.join(health.names)}) is a shaping term. Add an accuracy reward, or set "
-                "dynamic_sampling=False."
-            )
+            raise ValueError(f"dynamic_sampling=True cannot start: {no_signal_reward(health.names)}")
         if trainer.train_dataset is None or isinstance(trainer.train_dataset, IterableDataset):
             raise ValueError(
                 "dynamic_sampling=True draws fresh prompts by index and needs a map-style train_dataset (a "
