@@ -227,6 +227,28 @@ def test_padding_groups_leave_the_kept_responses_gradient_as_a_batch_of_them_alo
         assert with_padding == pytest.approx(without, rel=1e-4) and without > 0
 
 
+def test_the_reward_metric_is_the_mean_over_every_generated_response(tmp_path, tiny):
+    """Rounds of different sizes: the logged `reward` (and its std) are those of all the responses generated for the
+    batch, not the mean of the rounds' means."""
+    scored = []
+
+    def toy_accuracy(completions, kind, **kwargs):  # noqa: F811 - the same reward, recording what it paid
+        rewards = globals()["toy_accuracy"](completions, kind)
+        scored.append(rewards)
+        return rewards
+
+    toy_accuracy.reward_kind = "accuracy"
+    trainer = make_trainer(tmp_path, tiny, rewards=(toy_accuracy,), dynamic_sampling=True, max_steps=4)
+    trainer.train()
+    assert len({len(r) for r in scored}) > 1, "the rounds had one size"
+    every = torch.tensor([r for rewards in scored for r in rewards])
+    logged = [e for e in trainer.state.log_history if "reward" in e]
+    assert len(logged) == 1  # one generation batch
+    assert logged[0]["reward"] == pytest.approx(every.mean().item())
+    assert logged[0]["reward_std"] == pytest.approx(every.std().item())
+    assert logged[0]["rewards/toy_accuracy/mean"] == pytest.approx(every.mean().item())
+
+
 def test_without_dynamic_sampling_zero_std_groups_do_reach_the_loss(tmp_path, tiny):
     trainer = make_trainer(tmp_path, tiny)
     seen = spy_loss(trainer)
