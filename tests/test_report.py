@@ -334,3 +334,13 @@ def test_the_reward_figure_never_draws_a_reward_no_response_can_get(tmp_path, mo
     heights = np.concatenate([band.get_paths()[0].vertices[:, 1] for band in bands])
     assert heights.min() >= drawn[0] and heights.max() <= drawn[1]
     assert heights.min() == 0.0  # at 0.1 the band is clipped at 0, where mean - std is -0.2
+
+
+def test_gspo_help_names_every_subcommand(capsys):
+    from gspo_recipes.commands.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    description = capsys.readouterr().out.split("\n\n")[1]  # the line under the usage, before the subcommand list
+    for name in ("report", "calibrate", "simulate", "passrate", "audit-reward"):
+        assert name in description, name
