@@ -18,6 +18,7 @@ and tests/test_loss_options.py check it). What the trainer assumes about TRL's i
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 
@@ -177,6 +178,11 @@ class GSPOTrainer(GRPOTrainer):
         original = super()._get_per_token_logps_and_entropies
         return self.sampler_logprobs.per_token_logps(original, model, *args, **kwargs)
 
+    def train(self, *args, **kwargs):
+        output = super().train(*args, **kwargs)
+        end_gloo_process_group_at_exit()  # after a run that finished: no collective is pending
+        return output
+
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         # keep_sampling_mask: the loss's scoring pass takes this minibatch's kept sets (a no-op with the mask off)
         with self.sampler_logprobs.kept_sets(inputs.get(KEPT_IDS_KEY)):
@@ -325,3 +331,28 @@ def counted_responses(inputs, mask) -> int:
     gradient of the kept responses by the kept share."""
     fillers = inputs.get(FILLER_KEY)
     return mask.size(0) - (0 if fillers is None else int(fillers.sum()))
+
+
+def end_gloo_process_group_at_exit() -> None:
+    """Destroy the default gloo process group when the interpreter exits, while it is still alive.
+
+    Left to interpreter finalization, gloo's C++ worker threads can still hold work objects whose tensors reach into
+    Python; destroying them then aborts the process ("terminate called without an active exception", SIGABRT) after a
+    good run, and the launcher kills the other ranks (pytorch/pytorch#190489). `accelerate launch` never destroys the
+    group itself. Registered once, after `train` returns; a no-op when the caller destroyed the group already.
+    """
+    global _exit_hook_registered
+    if _exit_hook_registered:
+        return
+    _exit_hook_registered = True
+
+    def destroy() -> None:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized() and "gloo" in str(dist.get_backend()):
+            dist.destroy_process_group()
+
+    atexit.register(destroy)
+
+
+_exit_hook_registered = False
