@@ -160,7 +160,8 @@ def main(argv: list[str]) -> int:
 
 
 def fingerprint(script_args, training_args, model_args) -> dict:
-    """What decides the samples: a resumed run must match it."""
+    """Every argument that decides the samples, the prompts or the signal reward: a resumed run must match it (else
+    a rerun with another --system_prompt would return the stale file)."""
     return {
         "model": model_args.model_name_or_path,
         "dataset": script_args.dataset_name,
@@ -173,8 +174,16 @@ def fingerprint(script_args, training_args, model_args) -> dict:
         "temperature": training_args.temperature,
         "top_p": training_args.top_p,
         "top_k": training_args.top_k,
+        "min_p": training_args.min_p,
+        "repetition_penalty": training_args.repetition_penalty,
+        "generation_kwargs": training_args.generation_kwargs,
         "seed": training_args.seed,
         "batch_size": script_args.passrate_batch_size,
+        # what the prompts are, and which reward decides
+        "system_prompt": script_args.system_prompt,
+        "prompt_column": script_args.prompt_column,
+        "use_chat_template": script_args.use_chat_template,
+        "dynamic_sampling_reward": training_args.dynamic_sampling_reward,
     }
 
 
