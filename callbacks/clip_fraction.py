@@ -22,7 +22,14 @@ from __future__ import annotations
 import torch
 from transformers import TrainerCallback
 
-from gspo_recipes._trl import add_to_trainer_logs, applied_clip, attach_response_stats, has_off_policy_minibatches
+from gspo_recipes._trl import (
+    add_to_trainer_logs,
+    applied_clip,
+    attach_response_stats,
+    has_off_policy_minibatches,
+    record_resumed_checkpoint,
+    resumed_checkpoint,
+)
 from gspo_recipes.runfiles.run_warnings import record_warning
 from gspo_recipes.stats.health import HealthWarnings
 from gspo_recipes.stats.response_stats import bucket_label, checkpoint_folder, off_policy_responses, window_ends
@@ -46,6 +53,7 @@ class ClipFractionByLengthCallback(TrainerCallback):
     ):
         self.trainer = trainer
         self.stats = attach_response_stats(trainer)
+        record_resumed_checkpoint(trainer)  # to restore the open window from the checkpoint train() resumes from
         self.buckets = make_length_buckets(trainer.args.max_completion_length, length_buckets)
         self.warnings = HealthWarnings(quiet_steps, min_responses, length_buckets=self.buckets)
         self.warnings.emit = trainer.accelerator.is_main_process  # windows are gathered: judged alike everywhere
@@ -58,7 +66,8 @@ class ClipFractionByLengthCallback(TrainerCallback):
 
     def on_train_begin(self, args, state, control, **kwargs):
         if state.global_step > 0:  # resumed: the responses of the window that was open at the checkpoint
-            self.stats.restore_open_window(checkpoint_folder(args, state), state.is_world_process_zero)
+            folder = resumed_checkpoint(self.trainer) or checkpoint_folder(args, state)
+            self.stats.restore_open_window(folder, state.is_world_process_zero)
         if self.describes_the_loss():
             self.warnings.check_setup(not has_off_policy_minibatches(self.trainer.args))
 

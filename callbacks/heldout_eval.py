@@ -49,7 +49,7 @@ import time
 import torch
 from transformers import TrainerCallback
 
-from gspo_recipes._trl import add_to_trainer_logs
+from gspo_recipes._trl import add_to_trainer_logs, record_resumed_checkpoint, resumed_checkpoint
 from gspo_recipes.rewards import get_reward
 from gspo_recipes.rewards.math.graders import final_answer_key
 from gspo_recipes.rewards.text import completion_text
@@ -107,6 +107,7 @@ class HeldoutEvalCallback(TrainerCallback):
                 "of prompts, which ZeRO-3's sharded forward passes cannot do; set ds3_gather_for_generation=True."
             )
         self.trainer = trainer
+        record_resumed_checkpoint(trainer)  # the judge's series comes back from the checkpoint train() resumes from
         self.eval_steps = eval_steps or getattr(args, "heldout_eval_steps", 0) or 50
         self.num_samples = num_samples or getattr(args, "heldout_num_samples", 4)
         max_prompts = max_prompts or getattr(args, "heldout_max_prompts", 32)
@@ -124,7 +125,7 @@ class HeldoutEvalCallback(TrainerCallback):
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.last_eval_step = state.global_step
-        path = os.path.join(checkpoint_folder(args, state), STATE_FILE)
+        path = os.path.join(resumed_checkpoint(self.trainer) or checkpoint_folder(args, state), STATE_FILE)
         if state.global_step > 0 and os.path.exists(path):
             with open(path) as f:
                 saved = json.load(f)

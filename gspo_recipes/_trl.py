@@ -381,3 +381,30 @@ ROW_PAD_VALUES = {"tool_mask": 1}  # TRL pads tool_mask with 1; every other fiel
 
 def pad_token_id(trainer) -> int:
     return trainer._tokenizer.pad_token_id
+
+
+# ------------------------------------------------------------------------------------ the checkpoint a run resumes from
+
+
+def record_resumed_checkpoint(trainer) -> None:
+    """Make `resumed_checkpoint(trainer)` give the folder this trainer's `train(resume_from_checkpoint=...)` loads.
+
+    transformers resolves the argument (True: the last checkpoint of output_dir; or any path) and passes the folder
+    to `_load_optimizer_and_scheduler` before `on_train_begin`; callbacks are never told it. This wraps that method on
+    this trainer instance only (once), and records its argument.
+    """
+    if getattr(trainer, "_gspo_records_checkpoint", False):
+        return
+    load = trainer._load_optimizer_and_scheduler
+
+    def load_and_record(checkpoint):
+        trainer.__dict__["gspo_resumed_checkpoint"] = checkpoint
+        return load(checkpoint)
+
+    trainer._load_optimizer_and_scheduler = load_and_record
+    trainer._gspo_records_checkpoint = True
+
+
+def resumed_checkpoint(trainer) -> str | None:
+    """The checkpoint folder the current `train` call resumed from; None for a fresh run."""
+    return trainer.__dict__.get("gspo_resumed_checkpoint")

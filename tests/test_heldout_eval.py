@@ -244,3 +244,24 @@ def test_evaluations_between_logs_leave_every_window_as_without_them(tmp_path):
         assert windows(trainer, key) == windows(plain, key), key
     clip, trl_clip = windows(trainer, "gspo/clip_frac"), windows(trainer, "clip_ratio/region_mean")
     assert sorted(clip) == [4, 6] and clip == pytest.approx(trl_clip)  # sequence ratios: TRL counts responses too
+
+
+def test_resume_from_a_checkpoint_outside_output_dir_keeps_the_judge_and_the_open_window(tmp_path):
+    """Logs at 2 and 4, a checkpoint at 3 (step 3's responses still in the open window), moved out of output_dir and
+    resumed into a new one: the judge's step-2 point and step 3's responses come back from where train() read."""
+    import shutil
+
+    settings = dict(steps=4, eval_steps=2, logging_steps=2, save_strategy="steps", save_steps=3)
+    full, full_callback = run(tmp_path / "full", has_digit, [has_digit], **settings)
+    full.train()
+    moved = tmp_path / "elsewhere" / "my-checkpoint"
+    shutil.copytree(tmp_path / "full" / "checkpoint-3", moved)
+    resumed, callback = run(tmp_path / "resumed", has_digit, [has_digit], **settings)
+    resumed.train(resume_from_checkpoint=str(moved))
+    assert [p["step"] for p in callback.judge.series] == [p["step"] for p in full_callback.judge.series] == [2, 4]
+
+    def last_line(out):
+        return read_diagnostics(diagnostics_path(out))[-1]
+
+    assert last_line(tmp_path / "resumed")["step"] == last_line(tmp_path / "full")["step"] == 4
+    assert last_line(tmp_path / "resumed")["responses"] == last_line(tmp_path / "full")["responses"]  # steps 3 and 4
