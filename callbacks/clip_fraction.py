@@ -59,6 +59,7 @@ class ClipFractionByLengthCallback(TrainerCallback):
         self.warnings.emit = trainer.accelerator.is_main_process  # windows are gathered: judged alike everywhere
         self.warnings.on_warning = lambda kind, message: record_warning(trainer, kind, message)  # for gspo report
         self.clip_ranges: set[tuple[float, float]] = set()  # the clip ranges the current window's steps trained with
+        self.closed_at: int | None = None  # the step whose log the last window went out with
 
     def describes_the_loss(self) -> bool:
         """Whether the loss applies the sequence clip these statistics count (module docstring)."""
@@ -79,8 +80,15 @@ class ClipFractionByLengthCallback(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         # The range this step's loss clipped with (calibration changes it at the start of a step's loss).
         self.clip_ranges.add((self.trainer.epsilon_low, self.trainer.epsilon_high))
-        if not window_ends(state, control):
+        if window_ends(state, control):
+            self.close_window(args, state)
+
+    def close_window(self, args, state) -> None:
+        """Log the window of responses since the last log (once per step): at `on_step_end` when this step logs, and
+        from GSPOTrainer just before a log another callback forced after this one's `on_step_end`."""
+        if self.closed_at == state.global_step:
             return
+        self.closed_at = state.global_step
         window = self.stats.window(state.global_step, self.trainer.accelerator)  # drained either way
         ranges, self.clip_ranges = self.clip_ranges, set()
         if window["log_s"].numel() == 0 or not self.describes_the_loss():

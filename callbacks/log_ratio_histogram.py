@@ -61,6 +61,7 @@ class LogRatioHistogramCallback(TrainerCallback):
         self.buckets = make_length_buckets(trainer.args.max_completion_length, length_buckets)
         self.path = diagnostics_path(trainer.args.output_dir)
         self.pending_line: dict | None = None  # built at on_step_end, written at on_log
+        self.closed_at: int | None = None  # the step whose log the last window went out with
         self.clip_ranges: set[tuple[float, float]] = set()  # the clip ranges the current window's steps trained with
         trainer.__dict__.setdefault("gspo_diagnostics_sections", {})  # other callbacks' additions to the next line
 
@@ -80,8 +81,14 @@ class LogRatioHistogramCallback(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         # The range this step's loss clipped with (calibration changes it at the start of a step's loss).
         self.clip_ranges.add((self.trainer.epsilon_low, self.trainer.epsilon_high))
-        if not window_ends(state, control):
+        if window_ends(state, control):
+            self.close_window(args, state)
+
+    def close_window(self, args, state) -> None:
+        """Build the window's statistics and line (once per step), as ClipFractionByLengthCallback.close_window."""
+        if self.closed_at == state.global_step:
             return
+        self.closed_at = state.global_step
         window = self.stats.window(state.global_step, self.trainer.accelerator)
         ranges, self.clip_ranges = self.clip_ranges, set()
         if window["log_s"].numel() == 0:

@@ -31,6 +31,7 @@ from gspo_recipes.loss.batch import gspo_batch_loss
 from gspo_recipes.sampler import SamplerLogprobs
 from gspo_recipes.sampler.sampling_mask import KEPT_IDS_KEY
 from gspo_recipes.stats.calibration import EpsilonCalibration
+from gspo_recipes.stats.response_stats import window_ends
 from gspo_recipes.trainer.config import GSPOConfig
 from gspo_recipes.trainer.dynamic_sampling import FILLER_KEY
 from gspo_recipes.trainer.group_health import GroupHealth
@@ -182,6 +183,15 @@ class GSPOTrainer(GRPOTrainer):
         output = super().train(*args, **kwargs)
         end_gloo_process_group_at_exit()  # after a run that finished: no collective is pending
         return output
+
+    def _maybe_log_save_evaluate(self, *args, **kwargs):
+        # Every callback's on_step_end has run: a log forced by one registered after the diagnostics callbacks closes
+        # their window too, so each window follows the logs that actually happen (close_window is once per step).
+        if window_ends(self.state, self.control):
+            for callback in self.callback_handler.callbacks:
+                if hasattr(callback, "close_window"):
+                    callback.close_window(self.args, self.state)
+        return super()._maybe_log_save_evaluate(*args, **kwargs)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         # keep_sampling_mask: the loss's scoring pass takes this minibatch's kept sets (a no-op with the mask off)
