@@ -22,7 +22,14 @@ from __future__ import annotations
 import torch
 from transformers import TrainerCallback
 
-from gspo_recipes._trl import add_to_trainer_logs, applied_clip, attach_response_stats, has_off_policy_minibatches
+from gspo_recipes._trl import (
+    add_to_trainer_logs,
+    applied_clip,
+    attach_response_stats,
+    has_off_policy_minibatches,
+    record_resumed_checkpoint,
+    resumed_checkpoint,
+)
 from gspo_recipes.runfiles.run_warnings import record_warning
 from gspo_recipes.stats.health import HealthWarnings
 from gspo_recipes.stats.response_stats import bucket_label, checkpoint_folder, off_policy_responses, window_ends
@@ -46,11 +53,13 @@ class ClipFractionByLengthCallback(TrainerCallback):
     ):
         self.trainer = trainer
         self.stats = attach_response_stats(trainer)
+        record_resumed_checkpoint(trainer)  # to restore the open window from the checkpoint train() resumes from
         self.buckets = make_length_buckets(trainer.args.max_completion_length, length_buckets)
         self.warnings = HealthWarnings(quiet_steps, min_responses, length_buckets=self.buckets)
         self.warnings.emit = trainer.accelerator.is_main_process  # windows are gathered: judged alike everywhere
         self.warnings.on_warning = lambda kind, message: record_warning(trainer, kind, message)  # for gspo report
         self.clip_ranges: set[tuple[float, float]] = set()  # the clip ranges the current window's steps trained with
+        self.closed_at: int | None = None  # the step whose log the last window went out with
 
     def describes_the_loss(self) -> bool:
         """Whether the loss applies the sequence clip these statistics count (module docstring)."""
@@ -58,7 +67,8 @@ class ClipFractionByLengthCallback(TrainerCallback):
 
     def on_train_begin(self, args, state, control, **kwargs):
         if state.global_step > 0:  # resumed: the responses of the window that was open at the checkpoint
-            self.stats.restore_open_window(checkpoint_folder(args, state), state.is_world_process_zero)
+            folder = resumed_checkpoint(self.trainer) or checkpoint_folder(args, state)
+            self.stats.restore_open_window(folder, state.is_world_process_zero)
         if self.describes_the_loss():
             self.warnings.check_setup(not has_off_policy_minibatches(self.trainer.args))
 
@@ -70,8 +80,15 @@ class ClipFractionByLengthCallback(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         # The range this step's loss clipped with (calibration changes it at the start of a step's loss).
         self.clip_ranges.add((self.trainer.epsilon_low, self.trainer.epsilon_high))
-        if not window_ends(state, control):
+        if window_ends(state, control):
+            self.close_window(args, state)
+
+    def close_window(self, args, state) -> None:
+        """Log the window of responses since the last log (once per step): at `on_step_end` when this step logs, and
+        from GSPOTrainer just before a log another callback forced after this one's `on_step_end`."""
+        if self.closed_at == state.global_step:
             return
+        self.closed_at = state.global_step
         window = self.stats.window(state.global_step, self.trainer.accelerator)  # drained either way
         ranges, self.clip_ranges = self.clip_ranges, set()
         if window["log_s"].numel() == 0 or not self.describes_the_loss():

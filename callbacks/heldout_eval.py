@@ -15,8 +15,10 @@ repetition_penalty, max_completion_length, generation_kwargs), scores them, and 
     heldout/{reward}/greedy, heldout/mean_length (sampled completions, tokens), heldout/seconds
 
 and the same, with a few prompts' samples, as the `heldout` section of that step's diagnostics line (needs
-`gspo_diagnostics`, whose LogRatioHistogramCallback writes the file). It makes the Trainer log at each evaluation
-step, so the figures carry that step.
+`gspo_diagnostics`, whose LogRatioHistogramCallback writes the file). It never makes the Trainer log: it evaluates
+at the first log on or after each multiple of `eval_steps` (and at the last step), so its figures carry the step of a
+log that happens anyway, and every other window (the `gspo/` statistics, TRL's metrics, the entropy check's) is the
+same with or without held-out evaluation.
 
 Graders: `reward_funcs` (registry names or callables); by default the strict final-answer graders for maths
 (`gsm8k_accuracy` for GSM8K's `#### N` answers, `math_accuracy` for a `solution` or `answer` column) or the code
@@ -47,13 +49,13 @@ import time
 import torch
 from transformers import TrainerCallback
 
-from gspo_recipes._trl import add_to_trainer_logs
+from gspo_recipes._trl import add_to_trainer_logs, record_resumed_checkpoint, resumed_checkpoint
 from gspo_recipes.rewards import get_reward
 from gspo_recipes.rewards.math.graders import final_answer_key
 from gspo_recipes.rewards.text import completion_text
 from gspo_recipes.runfiles.run_warnings import record_warning
 from gspo_recipes.stats.heldout import DivergenceJudge, heldout_scores
-from gspo_recipes.stats.response_stats import checkpoint_folder
+from gspo_recipes.stats.response_stats import checkpoint_folder, window_ends
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +89,8 @@ class HeldoutEvalCallback(TrainerCallback):
         dataset: held-out rows with a `prompt` column and the graders' columns. Never pass training rows.
         reward_funcs: graders (registry names or callables); None: `heldout_rewards` of the config, else the
             default strict grader for the dataset's columns.
-        eval_steps: evaluate every this many optimizer steps (and at the last); None: `heldout_eval_steps`.
+        eval_steps: evaluate at the first log on or after every this many optimizer steps (and at the last); None:
+            `heldout_eval_steps`.
         num_samples: k, sampled completions per prompt; None: `heldout_num_samples`.
         max_prompts: evaluate the first this many rows; None: `heldout_max_prompts`.
         chunk_prompts: prompts per generate call (results do not depend on the number of processes).
@@ -104,6 +107,7 @@ class HeldoutEvalCallback(TrainerCallback):
                 "of prompts, which ZeRO-3's sharded forward passes cannot do; set ds3_gather_for_generation=True."
             )
         self.trainer = trainer
+        record_resumed_checkpoint(trainer)  # the judge's series comes back from the checkpoint train() resumes from
         self.eval_steps = eval_steps or getattr(args, "heldout_eval_steps", 0) or 50
         self.num_samples = num_samples or getattr(args, "heldout_num_samples", 4)
         max_prompts = max_prompts or getattr(args, "heldout_max_prompts", 32)
@@ -121,7 +125,7 @@ class HeldoutEvalCallback(TrainerCallback):
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.last_eval_step = state.global_step
-        path = os.path.join(checkpoint_folder(args, state), STATE_FILE)
+        path = os.path.join(resumed_checkpoint(self.trainer) or checkpoint_folder(args, state), STATE_FILE)
         if state.global_step > 0 and os.path.exists(path):
             with open(path) as f:
                 saved = json.load(f)
@@ -137,7 +141,8 @@ class HeldoutEvalCallback(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         step = state.global_step
-        if step % self.eval_steps and step < state.max_steps:
+        due = step // self.eval_steps > self.last_eval_step // self.eval_steps or step >= state.max_steps
+        if not (due and window_ends(state, control)):  # a log this callback forced would split the others' windows
             return
         metrics, section = self.evaluate(step)
         train = training_reward(state.log_history, self.last_eval_step, self.graders[0][0], self.trainer)
@@ -145,7 +150,6 @@ class HeldoutEvalCallback(TrainerCallback):
         self.last_eval_step = step
         add_to_trainer_logs(self.trainer, metrics)
         self.trainer.__dict__.setdefault("gspo_diagnostics_sections", {})["heldout"] = section
-        control.should_log = True  # the figures go out with this step
         first = self.graders[0][0]
         verdict = self.judge.observe(step, train, section["rewards"][first]["pass@1"], section["prompts"])
         if verdict is not None:

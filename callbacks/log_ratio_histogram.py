@@ -27,7 +27,14 @@ import os
 import torch
 from transformers import TrainerCallback
 
-from gspo_recipes._trl import add_to_trainer_logs, applied_clip, attach_response_stats, has_off_policy_minibatches
+from gspo_recipes._trl import (
+    add_to_trainer_logs,
+    applied_clip,
+    attach_response_stats,
+    has_off_policy_minibatches,
+    record_resumed_checkpoint,
+    resumed_checkpoint,
+)
 from gspo_recipes.callbacks.clip_fraction import calibrating
 from gspo_recipes.runfiles.diagnostics import append_line, diagnostics_path, keep_lines_up_to
 from gspo_recipes.stats.response_stats import bucket_label, checkpoint_folder, off_policy_responses, window_ends
@@ -49,10 +56,12 @@ class LogRatioHistogramCallback(TrainerCallback):
     def __init__(self, trainer, bins: int = 41, length_buckets: list[int] | None = None):
         self.trainer = trainer
         self.stats = attach_response_stats(trainer)
+        record_resumed_checkpoint(trainer)  # to restore the open window from the checkpoint train() resumes from
         self.bins = bins
         self.buckets = make_length_buckets(trainer.args.max_completion_length, length_buckets)
         self.path = diagnostics_path(trainer.args.output_dir)
         self.pending_line: dict | None = None  # built at on_step_end, written at on_log
+        self.closed_at: int | None = None  # the step whose log the last window went out with
         self.clip_ranges: set[tuple[float, float]] = set()  # the clip ranges the current window's steps trained with
         trainer.__dict__.setdefault("gspo_diagnostics_sections", {})  # other callbacks' additions to the next line
 
@@ -61,7 +70,8 @@ class LogRatioHistogramCallback(TrainerCallback):
             os.makedirs(args.output_dir, exist_ok=True)
             keep_lines_up_to(self.path, state.global_step)
         if state.global_step > 0:  # resumed: the responses of the window that was open at the checkpoint
-            self.stats.restore_open_window(checkpoint_folder(args, state), state.is_world_process_zero)
+            folder = resumed_checkpoint(self.trainer) or checkpoint_folder(args, state)
+            self.stats.restore_open_window(folder, state.is_world_process_zero)
 
     def on_save(self, args, state, control, **kwargs):
         self.stats.save_open_window(
@@ -71,8 +81,14 @@ class LogRatioHistogramCallback(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         # The range this step's loss clipped with (calibration changes it at the start of a step's loss).
         self.clip_ranges.add((self.trainer.epsilon_low, self.trainer.epsilon_high))
-        if not window_ends(state, control):
+        if window_ends(state, control):
+            self.close_window(args, state)
+
+    def close_window(self, args, state) -> None:
+        """Build the window's statistics and line (once per step), as ClipFractionByLengthCallback.close_window."""
+        if self.closed_at == state.global_step:
             return
+        self.closed_at = state.global_step
         window = self.stats.window(state.global_step, self.trainer.accelerator)
         ranges, self.clip_ranges = self.clip_ranges, set()
         if window["log_s"].numel() == 0:

@@ -33,9 +33,6 @@ on, the generation hooks only record (they never change what TRL computes).
 
 from __future__ import annotations
 
-import functools
-from dataclasses import fields
-
 import torch
 
 TESTED_TRL = "1.16"
@@ -119,52 +116,6 @@ def applied_clip(trainer) -> str | None:
     if trainer.loss_type not in TWO_SIDED_CLIP_LOSS_TYPES:
         return None
     return "sequence" if trainer.importance_sampling_level == "sequence" else "token"
-
-
-# ------------------------------------------------------------------------- what the caller of a GRPOConfig passed
-
-GIVEN_FIELDS_ATTRIBUTE = "_gspo_given_fields"
-
-
-def record_given_fields(config_class) -> None:
-    """Make `config_class` (TRL's GRPOConfig) remember which fields its caller set, passed to the constructor or
-    assigned afterwards, so that a conversion can tell an explicit `epsilon=0.2` from an unset one.
-
-    Wraps the dataclass `__init__` of that one class (dataclass subclasses such as GSPOConfig have their own, and never
-    record) and adds a `__setattr__` that notes assignments once construction is over. Fields and values are
-    unchanged.
-    """
-    init = config_class.__init__
-    if getattr(init, "records_given_fields", False):
-        return
-    names = [f.name for f in fields(config_class) if f.init]
-
-    @functools.wraps(init)
-    def init_and_record(self, *args, **kwargs):
-        init(self, *args, **kwargs)
-        self.__dict__[GIVEN_FIELDS_ATTRIBUTE] = set(names[: len(args)]) | set(kwargs)
-
-    def setattr_and_record(self, name, value):
-        object.__setattr__(self, name, value)
-        given = self.__dict__.get(GIVEN_FIELDS_ATTRIBUTE)
-        if given is not None:
-            given.add(name)
-
-    init_and_record.records_given_fields = True
-    config_class.__init__ = init_and_record
-    config_class.__setattr__ = setattr_and_record
-
-
-def given_fields(config) -> set[str] | None:
-    """The fields the caller set. None when that is unknown (built before gspo_recipes was imported, or with every
-    field passed, as `HfArgumentParser` and `dataclasses.replace` do); then only values that differ from the defaults
-    can tell."""
-    given = config.__dict__.get(GIVEN_FIELDS_ATTRIBUTE)
-    if given is None or len(given & {f.name for f in fields(config) if f.init}) >= len(
-        [f for f in fields(config) if f.init]
-    ):
-        return None
-    return set(given)
 
 
 # ------------------------------------------------------------------------------- on-policy or not, and which minibatch
@@ -430,3 +381,30 @@ ROW_PAD_VALUES = {"tool_mask": 1}  # TRL pads tool_mask with 1; every other fiel
 
 def pad_token_id(trainer) -> int:
     return trainer._tokenizer.pad_token_id
+
+
+# ------------------------------------------------------------------------------------ the checkpoint a run resumes from
+
+
+def record_resumed_checkpoint(trainer) -> None:
+    """Make `resumed_checkpoint(trainer)` give the folder this trainer's `train(resume_from_checkpoint=...)` loads.
+
+    transformers resolves the argument (True: the last checkpoint of output_dir; or any path) and passes the folder
+    to `_load_optimizer_and_scheduler` before `on_train_begin`; callbacks are never told it. This wraps that method on
+    this trainer instance only (once), and records its argument.
+    """
+    if getattr(trainer, "_gspo_records_checkpoint", False):
+        return
+    load = trainer._load_optimizer_and_scheduler
+
+    def load_and_record(checkpoint):
+        trainer.__dict__["gspo_resumed_checkpoint"] = checkpoint
+        return load(checkpoint)
+
+    trainer._load_optimizer_and_scheduler = load_and_record
+    trainer._gspo_records_checkpoint = True
+
+
+def resumed_checkpoint(trainer) -> str | None:
+    """The checkpoint folder the current `train` call resumed from; None for a fresh run."""
+    return trainer.__dict__.get("gspo_resumed_checkpoint")

@@ -305,12 +305,27 @@ def reward_trend(log_history: list[dict]) -> str:
 
 
 def end_banner(output_dir: str, log_history: list[dict]) -> None:
-    banner(
-        [
-            reward_trend(log_history),
-            f"Done. Logs and checkpoints: {output_dir}",
-            f"  diagnostics: {diagnostics_path(output_dir)}",
+    """The closing banner: what the run left in `output_dir`, as found on disk (checkpoints only when
+    `save_strategy` wrote some), and the commands that read it."""
+    banner([reward_trend(log_history), *written_files(output_dir),
             f"  figures:     gspo report {output_dir}   (writes PNGs and gspo_report.txt next to the logs)",
-            f"  clip range:  gspo calibrate {output_dir} --target-clip 0.1",
-        ]
+            f"  clip range:  gspo calibrate {output_dir} --target-clip 0.1"])  # fmt: skip
+
+
+def written_files(output_dir: str) -> list[str]:
+    """Lines naming what the run wrote: the model, the log history, checkpoints, the diagnostics file."""
+    names = set(os.listdir(output_dir)) if os.path.isdir(output_dir) else set()
+    checkpoints = sorted(
+        (n for n in names if n.startswith("checkpoint-") and n[11:].isdigit()), key=lambda n: int(n[11:])
     )
+    model = any(n.endswith((".safetensors", ".bin")) and n != "training_args.bin" for n in names)
+    lines = [f"Done. Output in {output_dir}:"]
+    lines.append("  model:       saved" if model else "  model:       not saved")
+    lines.append("  logs:        trainer_state.json" if "trainer_state.json" in names else "  logs:        none saved")
+    if checkpoints:
+        lines.append(f"  checkpoints: {len(checkpoints)} ({checkpoints[0]} .. {checkpoints[-1]})")
+    else:
+        lines.append("  checkpoints: none (save_strategy wrote none)")
+    path = diagnostics_path(output_dir)
+    lines.append(f"  diagnostics: {path}" if os.path.exists(path) else "  diagnostics: none (gspo_diagnostics off)")
+    return lines

@@ -437,3 +437,30 @@ def test_two_processes_show_every_warning_once_from_the_main_process_with_gather
     warned = [float(v) for v in re.search(r"epsilon=(\S+), epsilon_high=(\S+) \(was", message).groups()]
     calibrated = [history[-2]["gspo/epsilon_low"], history[-2]["gspo/epsilon_high"]]
     assert warned == pytest.approx(calibrated, rel=1e-2)
+
+
+def test_a_log_forced_by_a_later_callback_closes_the_gspo_window_too(tmp_path):
+    """logging_steps=4 and a callback of the user's, registered after GSPOTrainer's, forcing a log at step 3: the
+    gspo/ window follows the logs that happen (3, 4, 6), equal to TRL's count at each."""
+    from datasets import Dataset
+    from transformers import TrainerCallback
+
+    from gspo_recipes import GSPOTrainer
+    from gspo_recipes.builtin.tiny import build_tiny_model_and_tokenizer
+
+    class ForceALogAtStep3(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step == 3:
+                control.should_log = True
+
+    model, tokenizer = build_tiny_model_and_tokenizer()
+    args = tiny_config(tmp_path, max_steps=6, logging_steps=4)
+    dataset = Dataset.from_list([{"prompt": f"{a}+{b}="} for a in range(4) for b in range(4)])
+    trainer = GSPOTrainer(model=model, reward_funcs=digit_count_reward, args=args, train_dataset=dataset,
+                          processing_class=tokenizer)  # fmt: skip
+    trainer.add_callback(ForceALogAtStep3())  # after the diagnostics callbacks: their on_step_end has run
+    trainer.train()
+    ours = {e["step"]: e["gspo/clip_frac"] for e in trainer.state.log_history if "gspo/clip_frac" in e}
+    trl = {e["step"]: e["clip_ratio/region_mean"] for e in trainer.state.log_history if "clip_ratio/region_mean" in e}
+    assert sorted(ours) == sorted(trl) == [3, 4, 6]
+    assert ours == pytest.approx(trl)

@@ -19,6 +19,9 @@ def toy_accuracy(completions, kind, **kwargs):
             for c, k in zip(completions, kind)]  # fmt: skip
 
 
+toy_accuracy.reward_kind = "accuracy"  # what it measures: solved (1) or not (0)
+
+
 def soft_overlong_punishment(completions, **kwargs):
     """A stand-in named like the package's shaping reward, varying within every group."""
     return [len(c) / 8.0 for c in completions]
@@ -59,15 +62,53 @@ def test_unscorable_responses_carry_no_signal():
     assert counts["zero_std"] == 1 and counts["effective"] == 3  # one scorable response is no signal; NaN never counts
 
 
-def test_a_shaping_reward_never_decides():
-    names = ["format_reward", "soft_overlong_punishment", "gsm8k_accuracy"]
-    assert signal_reward_index(names) == 2  # the accuracy reward, though listed last
-    assert signal_reward_index(["format_reward", "my_score"]) == 1
-    assert signal_reward_index(["format_reward", "soft_overlong_punishment"]) is None
+def test_the_signal_reward_is_known_by_what_it_is_never_by_its_name():
+    from trl.rewards import accuracy_reward, get_soft_overlong_punishment, think_format_reward
+
+    from gspo_recipes.rewards import get_reward
+    from gspo_recipes.rewards.registry import reward_kind
+
+    def correct(completions, **kwargs):
+        return [1.0] * len(completions)
+
+    def my_accuracy(completions, **kwargs):  # named like one, but says nothing
+        return [1.0] * len(completions)
+
+    rewards = [get_soft_overlong_punishment(8, 4), think_format_reward, get_reward("format"), my_accuracy, correct]
+    names = ["soft_overlong_punishment_reward", "think_format_reward", "format_reward", "my_accuracy", "correct"]
+    kinds = [reward_kind(f) for f in rewards]
+    assert signal_reward_index(names, kinds) is None  # nothing identified: no guess
+    correct.reward_kind = "accuracy"
+    assert signal_reward_index(names, [reward_kind(f) for f in rewards]) == 4
+    assert reward_kind(get_reward("gsm8k_accuracy")) == reward_kind(accuracy_reward) == "accuracy"
+    assert reward_kind(get_reward({"code_execution": {"timeout": 2}})) == "accuracy"  # configured from the registry
+    assert signal_reward_index(names, kinds, "my_accuracy") == 3  # named explicitly
     with pytest.raises(ValueError, match="shaping term"):
-        signal_reward_index(names, "format_reward")
+        signal_reward_index(names, kinds, "format_reward")
     with pytest.raises(ValueError, match="dynamic_sampling_reward='format'"):
         GSPOConfig("out", dynamic_sampling=True, dynamic_sampling_reward="format", use_cpu=True)
+
+
+def test_dapos_pairing_with_trls_overlong_punishment_trains_on_the_accuracy_reward(tmp_path, tiny):
+    """reward_funcs=[get_soft_overlong_punishment(...), correct], DAPO's pairing: the punishment varies within every
+    group, so taking it for the signal would keep zero-std groups; with `correct` unmarked the run stops and says so,
+    marked it decides and the kept groups are those that vary on it."""
+    from trl.rewards import get_soft_overlong_punishment
+
+    def correct(completions, kind, **kwargs):
+        return globals()["toy_accuracy"](completions, kind)
+
+    rewards = (get_soft_overlong_punishment(8, 4), correct)
+    with pytest.raises(ValueError, match="dynamic_sampling_reward=NAME"):
+        make_trainer(tmp_path, tiny, rewards=rewards, dynamic_sampling=True)
+    correct.reward_kind = "accuracy"
+    trainer = make_trainer(tmp_path, tiny, rewards=rewards, dynamic_sampling=True, max_steps=4)
+    assert trainer.group_health.signal_name == "correct"
+    seen = spy_loss(trainer)
+    trainer.train()
+    kinds = {f"q{i}:": KINDS[i % len(KINDS)] for i in range(48)}
+    trained = [prompt for prompt, _, has_tokens in seen if has_tokens]
+    assert trained and all(kinds[prompt] == "live" for prompt in trained)
 
 
 def test_config_names_the_field_and_the_fix():
@@ -121,6 +162,7 @@ def test_group_metrics_equal_a_direct_computation_from_the_completions(tmp_path,
         scored.append((list(completions), list(kind)))
         return globals()["toy_accuracy"](completions, kind)
 
+    toy_accuracy.reward_kind = "accuracy"
     trainer = make_trainer(tmp_path, tiny, rewards=(toy_accuracy,), max_steps=8)
     trainer.train()
     logged = [e for e in trainer.state.log_history if "gspo/groups/effective_frac" in e]
@@ -156,6 +198,57 @@ def test_zero_std_groups_never_reach_the_loss_with_dynamic_sampling(tmp_path, ti
     assert trainer.dynamic_sampler.last_fill["rounds"] >= 2  # half the groups are dead or solved: refills ran
 
 
+def test_padding_groups_leave_the_kept_responses_gradient_as_a_batch_of_them_alone(tmp_path, tiny):
+    """One round only, so the batch is padded with zero-std groups: each micro-step's gradient equals the gradient of
+    the same micro-step with the padding rows removed (the README: the loss averages over the kept responses)."""
+    from gspo_recipes.trainer.dynamic_sampling import FILLER_KEY
+
+    trainer = make_trainer(tmp_path, tiny, dynamic_sampling=True, dynamic_sampling_max_rounds=1, max_steps=4)
+    compute_loss, compared = trainer._compute_loss, []
+
+    def spy(model, inputs):
+        loss = compute_loss(model, inputs)
+        kept = ~inputs[FILLER_KEY]
+        if 0 < int(kept.sum()) < kept.numel():
+            rows = kept.numel()
+            alone = {key: value[kept] if isinstance(value, torch.Tensor) and value.dim() and value.size(0) == rows
+                     else value for key, value in inputs.items()}  # fmt: skip
+            alone.pop(FILLER_KEY)
+            weight = model.get_output_embeddings().weight
+            with_padding = torch.autograd.grad(loss, weight, retain_graph=True)[0]
+            without = torch.autograd.grad(compute_loss(model, alone), weight)[0]
+            compared.append((with_padding.norm().item(), without.norm().item()))
+        return loss
+
+    trainer._compute_loss = spy
+    trainer.train()
+    assert compared, "no micro-step mixed kept and padding rows"
+    for with_padding, without in compared:
+        assert with_padding == pytest.approx(without, rel=1e-4) and without > 0
+
+
+def test_the_reward_metric_is_the_mean_over_every_generated_response(tmp_path, tiny):
+    """Rounds of different sizes: the logged `reward` (and its std) are those of all the responses generated for the
+    batch, not the mean of the rounds' means."""
+    scored = []
+
+    def toy_accuracy(completions, kind, **kwargs):  # noqa: F811 - the same reward, recording what it paid
+        rewards = globals()["toy_accuracy"](completions, kind)
+        scored.append(rewards)
+        return rewards
+
+    toy_accuracy.reward_kind = "accuracy"
+    trainer = make_trainer(tmp_path, tiny, rewards=(toy_accuracy,), dynamic_sampling=True, max_steps=4)
+    trainer.train()
+    assert len({len(r) for r in scored}) > 1, "the rounds had one size"
+    every = torch.tensor([r for rewards in scored for r in rewards])
+    logged = [e for e in trainer.state.log_history if "reward" in e]
+    assert len(logged) == 1  # one generation batch
+    assert logged[0]["reward"] == pytest.approx(every.mean().item())
+    assert logged[0]["reward_std"] == pytest.approx(every.std().item())
+    assert logged[0]["rewards/toy_accuracy/mean"] == pytest.approx(every.mean().item())
+
+
 def test_without_dynamic_sampling_zero_std_groups_do_reach_the_loss(tmp_path, tiny):
     trainer = make_trainer(tmp_path, tiny)
     seen = spy_loss(trainer)
@@ -167,6 +260,7 @@ def test_a_shaping_reward_with_variance_does_not_keep_a_group(tmp_path, tiny):
     def toy_accuracy(completions, **kwargs):  # noqa: F811 - never solved: no group carries signal
         return [0.0] * len(completions)
 
+    toy_accuracy.reward_kind = "accuracy"
     trainer = make_trainer(tmp_path, tiny, rewards=(soft_overlong_punishment, toy_accuracy), dynamic_sampling=True,
                            dynamic_sampling_max_rounds=2)  # fmt: skip
     assert trainer.group_health.signal_name == "toy_accuracy"
@@ -178,7 +272,7 @@ def test_a_shaping_reward_with_variance_does_not_keep_a_group(tmp_path, tiny):
 
 
 def test_dynamic_sampling_refuses_when_only_shaping_rewards(tmp_path, tiny):
-    with pytest.raises(ValueError, match="shaping term"):
+    with pytest.raises(ValueError, match="known to measure success"):
         make_trainer(tmp_path, tiny, rewards=(soft_overlong_punishment,), dynamic_sampling=True)
 
 
@@ -290,6 +384,8 @@ def test_the_trainer_warns_on_a_run_of_dead_groups_and_not_on_a_healthy_one(tmp_
         if kind == "dead":
             return [0.0] * len(completions)
         return [sum(ch.isdigit() for ch in c) / max(1, len(c)) for c in completions]  # varies within every group
+
+    toy_accuracy.reward_kind = "accuracy"
 
     trainer = make_trainer(tmp_path, tiny, rewards=(toy_accuracy,), max_steps=8, steps_per_generation=1)
     trainer.group_health.warning = LowSignalWarning(window=4)

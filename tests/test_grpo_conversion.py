@@ -1,7 +1,11 @@
-"""A plain trl.GRPOConfig handed to GSPOTrainer (gspo_recipes/trainer/grpo_conversion.py): what the caller passed is
-kept, even where it equals GRPO's default; only what they left alone takes GSPO's value."""
+"""A plain trl.GRPOConfig handed to GSPOTrainer (gspo_recipes/trainer/grpo_conversion.py): a converted field at GRPO's
+default value takes GSPO's, any other value is kept; nothing patches TRL's class, so import order and copies do not
+matter."""
 
+import copy
 import logging
+import subprocess
+import sys
 
 import pytest
 from conftest import TINY_RUN, digit_count_reward, plain_grpo_config
@@ -16,22 +20,65 @@ def convert(tmp_path, caplog, **given):
         return from_grpo_config(plain_grpo_config(tmp_path, **given))
 
 
-def test_an_explicit_grpo_default_is_kept(tmp_path, caplog):
-    converted = convert(tmp_path, caplog, epsilon=0.2)
-    assert converted.epsilon == 0.2 and converted.epsilon_high is None  # a range chosen: both sides kept
-    assert converted.importance_sampling_level == "sequence" and converted.loss_type == "grpo"
+def test_a_value_other_than_grpos_default_is_kept(tmp_path, caplog):
+    converted = convert(tmp_path, caplog, epsilon=0.1, loss_type="bnpo", beta=0.04)
+    assert (converted.epsilon, converted.loss_type, converted.beta) == (0.1, "bnpo", 0.04)
+    assert converted.epsilon_high is None  # a range chosen: both sides kept
+    assert converted.importance_sampling_level == "sequence"
 
 
-def test_explicit_token_level_grpo_is_left_as_trl_trains_it(tmp_path, caplog):
-    converted = convert(tmp_path, caplog, importance_sampling_level="token", loss_type="dapo")
-    assert (converted.importance_sampling_level, converted.loss_type) == ("token", "dapo")
-    assert (converted.epsilon, converted.epsilon_high) == (0.2, None)
+def test_a_value_equal_to_grpos_default_takes_gspos_and_the_warning_says_so(tmp_path, caplog):
+    converted = convert(tmp_path, caplog, epsilon=0.2, loss_type="dapo")
+    assert (converted.epsilon, converted.epsilon_high, converted.loss_type) == (3e-4, 4e-4, "grpo")
+    assert "epsilon=0.2 -> 0.0003" in caplog.text and "loss_type='dapo' -> 'grpo'" in caplog.text
+    assert "whether you typed it or not" in caplog.text and "Fields you set yourself are kept" not in caplog.text
+
+
+CONVERT_IN_A_FRESH_PROCESS = """
+import json, sys, logging
+{before}
+from trl import GRPOConfig
+args = GRPOConfig(output_dir=sys.argv[1], use_cpu=True, bf16=False, report_to="none", epsilon=0.1, loss_type="bnpo")
+from gspo_recipes.trainer.gspo_trainer import GSPOTrainer
+from gspo_recipes.trainer.grpo_conversion import from_grpo_config
+c = from_grpo_config(args)
+print(json.dumps([c.epsilon, c.epsilon_high, c.loss_type, c.importance_sampling_level, GRPOConfig.__setattr__ is
+      object.__setattr__]))
+"""
+
+
+IMPORTED_FIRST = ["", "import gspo_recipes", "from gspo_recipes import GSPOConfig", "import gspo_recipes.trainer"]
+
+
+@pytest.mark.parametrize("before", IMPORTED_FIRST)
+def test_the_conversion_does_not_depend_on_what_was_imported_first(tmp_path, before):
+    script = CONVERT_IN_A_FRESH_PROCESS.format(before=before)
+    out = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == '[0.1, null, "bnpo", "sequence", true]'  # TRL's class unpatched
+
+
+def test_a_copy_converts_on_its_own_values(tmp_path, caplog):
+    original = plain_grpo_config(tmp_path, epsilon=0.1)
+    duplicate = copy.copy(original)
+    duplicate.epsilon = 0.2  # back to GRPO's default on the copy only
+    assert convert_config(original, caplog).epsilon == 0.1
+    assert convert_config(duplicate, caplog).epsilon == 3e-4
+
+
+def convert_config(args, caplog):
+    with caplog.at_level(logging.WARNING):
+        return from_grpo_config(args)
+
+
+def test_vespo_at_token_level_is_left_as_trl_trains_it(tmp_path, caplog):
+    converted = convert(tmp_path, caplog, loss_type="vespo")
+    assert (converted.importance_sampling_level, converted.loss_type) == ("token", "vespo")
     assert converted.steps_per_generation == TINY_RUN.get("gradient_accumulation_steps", 1)
     assert "nothing was changed" in caplog.text
-    assert "GSPO equals GRPO" not in caplog.text  # TRL's on-policy default is no mistake for token-level GRPO
+    assert "GSPO equals GRPO" not in caplog.text  # TRL's on-policy default is no mistake for TRL's own loss
 
 
-@pytest.mark.parametrize("loss_type", ["bnpo", "dr_grpo", "dapo"])
+@pytest.mark.parametrize("loss_type", ["bnpo", "dr_grpo"])
 def test_sequence_ratios_with_a_token_summing_loss_get_trls_warning(tmp_path, tiny, prompt_dataset, caplog, loss_type):
     model, tokenizer = tiny
     args = plain_grpo_config(tmp_path, importance_sampling_level="sequence", loss_type=loss_type)
@@ -47,11 +94,11 @@ def test_sequence_ratios_with_a_token_summing_loss_get_trls_warning(tmp_path, ti
     assert "weights each sequence by its completion length" in caplog.text  # TRL's own warning
 
 
-def test_a_field_assigned_after_construction_counts_as_given(tmp_path, caplog):
+def test_a_field_assigned_after_construction_is_read_by_its_value(tmp_path, caplog):
     args = plain_grpo_config(tmp_path)
-    args.loss_type = "dapo"  # equal to GRPO's default, but set
-    converted = from_grpo_config(args)
-    assert converted.loss_type == "dapo" and converted.allow_length_weighted_loss
+    args.loss_type = "bnpo"
+    converted = convert_config(args, caplog)
+    assert converted.loss_type == "bnpo" and converted.allow_length_weighted_loss
 
 
 def test_what_was_left_alone_takes_gspos_values(tmp_path, caplog):
@@ -66,8 +113,8 @@ def test_cispo_left_without_a_cap_gets_trls_recommended_one(tmp_path, caplog):
     assert converted.epsilon_high == 5.0 and converted.importance_sampling_level == "sequence"
 
 
-def test_parsed_config_falls_back_to_comparing_values(tmp_path):
-    """HfArgumentParser passes every field, so what was typed is unknown: GRPO's defaults count as unset."""
+def test_a_parsed_config_follows_the_same_rule(tmp_path):
+    """HfArgumentParser passes every field; the rule reads values only, so it converts as a config built in code."""
     (args,) = TrlParser((GRPOConfig,)).parse_args_into_dataclasses(
         ["--output_dir", str(tmp_path), "--report_to", "none", "--use_cpu", "true", "--bf16", "false"]
     )

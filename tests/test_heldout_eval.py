@@ -223,3 +223,46 @@ def test_two_processes_give_the_figures_of_one(tmp_path):
     other = json.loads((tmp_path / "two" / "rank1.json").read_text())
     metrics.pop("heldout/seconds"), two.pop("heldout/seconds"), other.pop("heldout/seconds")
     assert two == other == metrics
+
+
+def test_evaluations_between_logs_leave_every_window_as_without_them(tmp_path):
+    """logging_steps=4 with an evaluation due every 3 steps: the evaluation waits for the Trainer's logs (4, and the
+    last step 6), so the gspo/ windows, TRL's metrics and the entropy check see the logs a run without it sees."""
+    trainer, _ = run(tmp_path / "a", has_digit, [has_digit], steps=6, eval_steps=3, logging_steps=4)
+    trainer.train()
+    from gspo_recipes.builtin.tiny import build_tiny_model_and_tokenizer
+
+    model, tokenizer = build_tiny_model_and_tokenizer()
+    plain = GSPOTrainer(model=model, reward_funcs=[has_digit], args=tiny_config(tmp_path / "b", max_steps=6,
+                        logging_steps=4), train_dataset=sums(8), processing_class=tokenizer)  # fmt: skip
+    plain.train()
+
+    def windows(run_trainer, key):
+        return {e["step"]: e[key] for e in run_trainer.state.log_history if key in e}
+
+    assert sorted(heldout_logs(trainer)) == [4, 6]  # due at 3 and 6: evaluated at the logs on or after them
+    for key in ("gspo/clip_frac", "clip_ratio/region_mean", "entropy", "reward"):
+        assert windows(trainer, key) == windows(plain, key), key
+    clip, trl_clip = windows(trainer, "gspo/clip_frac"), windows(trainer, "clip_ratio/region_mean")
+    assert sorted(clip) == [4, 6] and clip == pytest.approx(trl_clip)  # sequence ratios: TRL counts responses too
+
+
+def test_resume_from_a_checkpoint_outside_output_dir_keeps_the_judge_and_the_open_window(tmp_path):
+    """Logs at 2 and 4, a checkpoint at 3 (step 3's responses still in the open window), moved out of output_dir and
+    resumed into a new one: the judge's step-2 point and step 3's responses come back from where train() read."""
+    import shutil
+
+    settings = dict(steps=4, eval_steps=2, logging_steps=2, save_strategy="steps", save_steps=3)
+    full, full_callback = run(tmp_path / "full", has_digit, [has_digit], **settings)
+    full.train()
+    moved = tmp_path / "elsewhere" / "my-checkpoint"
+    shutil.copytree(tmp_path / "full" / "checkpoint-3", moved)
+    resumed, callback = run(tmp_path / "resumed", has_digit, [has_digit], **settings)
+    resumed.train(resume_from_checkpoint=str(moved))
+    assert [p["step"] for p in callback.judge.series] == [p["step"] for p in full_callback.judge.series] == [2, 4]
+
+    def last_line(out):
+        return read_diagnostics(diagnostics_path(out))[-1]
+
+    assert last_line(tmp_path / "resumed")["step"] == last_line(tmp_path / "full")["step"] == 4
+    assert last_line(tmp_path / "resumed")["responses"] == last_line(tmp_path / "full")["responses"]  # steps 3 and 4

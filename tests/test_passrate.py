@@ -70,11 +70,15 @@ def test_only_the_accuracy_reward_decides_and_keep_filters(tmp_path):
 def test_refusals_name_the_fix(tmp_path, capsys):
     with pytest.raises(SystemExit, match="--keep takes LO:HI"):
         gspo(["passrate", "--keep", "0.9:0.1", "--output_dir", str(tmp_path)])
-    with pytest.raises(SystemExit, match="shaping term"):
+    with pytest.raises(SystemExit, match="known to measure success"):
         gspo(["passrate", *ARGS, "--reward_funcs", "format", "--output_dir", str(tmp_path / "a")])
     assert gspo(["passrate", *ARGS, "--output_dir", str(tmp_path / "b")]) == 0
     with pytest.raises(SystemExit, match="num_generations"):  # resuming with other settings would mix two runs
         gspo(["passrate", *ARGS, "--num_generations", "2", "--output_dir", str(tmp_path / "b")])
+    for flag, value in (("--system_prompt", "Answer."), ("--prompt_column", "question"),
+                        ("--use_chat_template", "false"), ("--dynamic_sampling_reward", "gsm8k_accuracy")):  # fmt: skip
+        with pytest.raises(SystemExit, match=flag[2:]):  # another task: never the stale file returned
+            gspo(["passrate", *ARGS, flag, value, "--output_dir", str(tmp_path / "b")])
 
 
 @pytest.mark.slow
@@ -84,3 +88,79 @@ def test_two_processes_score_one_shard_each(tmp_path):
     results = rows(out / passrate.RESULT_FILE)
     assert len(results) == 12 and len({row["question"] for row in results}) == 12
     assert sorted(p.name for p in (out / passrate.SHARDS).iterdir()) == ["shard0of2.jsonl", "shard1of2.jsonl"]
+
+
+# ------------------------------------------------------------------------- the task and the settings of training
+
+
+def recipe_constant(recipe: str, name: str):
+    import importlib.util
+    import os
+
+    path = os.path.join(os.path.dirname(__file__), "..", "recipes", recipe)
+    spec = importlib.util.spec_from_file_location(recipe[:-3], path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, name)
+
+
+def test_the_recipes_system_prompts_are_the_ones_passrate_uses():
+    prompts = passrate_sampling.RECIPE_SYSTEM_PROMPTS
+    assert prompts["question"] == recipe_constant("gsm8k_gspo.py", "SYSTEM_PROMPT")
+    assert prompts["problem"] == recipe_constant("math_gspo.py", "SYSTEM_PROMPT")
+
+
+def sampler_and_trainer(tmp_path, chat: bool, **config):
+    """passrate's Sampler and a GSPOTrainer over the same model, tokenizer (one that adds BOS, as Llama's does) and
+    recipe prompt column."""
+    from datasets import Dataset
+    from tokenizers.processors import TemplateProcessing
+
+    from gspo_recipes import GSPOConfig, GSPOTrainer
+    from gspo_recipes.builtin.tiny import build_tiny_model_and_tokenizer
+    from gspo_recipes.recipe import RecipeArguments, as_prompt
+
+    model, tokenizer = build_tiny_model_and_tokenizer()
+    tokenizer._tokenizer.post_processor = TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
+    args = GSPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=4,
+                      max_completion_length=6, report_to="none", use_cpu=True, bf16=False, **config)  # fmt: skip
+    script_args = RecipeArguments(use_chat_template=chat)
+    sampler = passrate_sampling.Sampler(model, tokenizer, args, script_args, "question", "cpu")
+    system = recipe_constant("gsm8k_gspo.py", "SYSTEM_PROMPT")
+    recipe_prompt = as_prompt("2+3?", system, chat)  # what recipes/gsm8k_gspo.py puts in the prompt column
+    dataset = Dataset.from_list([{"prompt": recipe_prompt}] * 4)
+    trainer = GSPOTrainer(model=model, reward_funcs=lambda completions, **kw: [0.0] * len(completions), args=args,
+                          train_dataset=dataset, processing_class=tokenizer)  # fmt: skip
+    return sampler, trainer, recipe_prompt
+
+
+@pytest.mark.parametrize("chat", [True, False])
+def test_passrate_samples_the_prompts_training_samples(tmp_path, chat):
+    sampler, trainer, recipe_prompt = sampler_and_trainer(tmp_path, chat)
+    prompt = sampler.prompt_of({"question": "2+3?", "answer": "#### 5"})
+    assert prompt == recipe_prompt  # the recipe's SYSTEM_PROMPT, asking for '#### <number>'
+    trained_ids = trainer._tokenize_prompts([recipe_prompt])[0][0]
+    assert passrate_sampling.prompt_token_ids(sampler.tokenizer, [prompt])[0] == list(trained_ids)
+    if not chat:
+        assert trained_ids[0] == sampler.tokenizer.bos_token_id  # TRL's plain-text prompts carry BOS
+
+
+def test_passrate_samples_with_trainings_generation_settings_not_the_models_file(tmp_path):
+    """A generation_config.json with a repetition penalty and top_k=1 (Qwen2.5-Instruct ships a penalty) changes
+    nothing: the samples are those of the training settings, as a training step draws them."""
+    from transformers import GenerationConfig
+
+    from gspo_recipes import GSPOConfig
+    from gspo_recipes.builtin.tiny import build_tiny_model_and_tokenizer
+    from gspo_recipes.recipe import RecipeArguments
+
+    args = GSPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=4,
+                      max_completion_length=8, report_to="none", use_cpu=True, bf16=False)  # fmt: skip
+    samples = []
+    for shipped in ({}, {"repetition_penalty": 5.0, "top_k": 1}):
+        model, tokenizer = build_tiny_model_and_tokenizer()
+        model.generation_config = GenerationConfig(**{**model.generation_config.to_dict(), **shipped})
+        sampler = passrate_sampling.Sampler(model, tokenizer, args, RecipeArguments(), "question", "cpu")
+        samples.append(sampler.generate(["1+1=", "2+2="], seed=(0, 1)))
+    assert samples[0] == samples[1]
+    assert len({text for group in samples[0][0] for text in group}) > 1  # sampled, not one greedy answer

@@ -101,6 +101,9 @@ def test_offline_default_runs_end_to_end(recipe, tmp_path):
         cwd=tmp_path,
     )
     assert "Real recipe:" in result.stdout and "gspo report" in result.stdout
+    # save_strategy "no" in the offline YAML: the closing banner says what was written, and no checkpoint.
+    assert "checkpoints: none" in result.stdout and "Logs and checkpoints" not in result.stdout
+    assert "model:       saved" in result.stdout and not list(out.glob("checkpoint-*"))
     assert diagnostics_steps(out) == [1, 2, 3, 4]
     with open(out / "trainer_state.json") as f:
         history = json.load(f)["log_history"]

@@ -32,7 +32,7 @@ def tiny_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("run")
     model, tokenizer = build_tiny_model_and_tokenizer()
     dataset = Dataset.from_list([{"prompt": f"{a}+{b}="} for a in range(4) for b in range(4)])
-    cfg = tiny_config(out, max_steps=8, max_completion_length=16)
+    cfg = tiny_config(out, max_steps=8, max_completion_length=16, dynamic_sampling_reward="digit_count_reward")
     trainer = GSPOTrainer(
         model=model, reward_funcs=digit_count_reward, args=cfg, train_dataset=dataset, processing_class=tokenizer
     )
@@ -217,7 +217,7 @@ def with_one_token(line, one_token):
     flags = np.array(one_token)
     line["off_policy"]["one_token"] = flags.tolist()
     for bucket in line["buckets"]:
-        bucket["one_token"] = int(flags[(lengths >= bucket["lo"]) & (lengths <= bucket["hi"])].sum())
+        bucket["one_token"] = int((flags[(lengths >= bucket["lo"]) & (lengths <= bucket["hi"])] > 0).sum())
     return line
 
 
@@ -231,11 +231,27 @@ def test_one_token_share_is_drawn_listed_and_warned(tmp_path):
     run_dir = write_lines(tmp_path / "one_token", lines)
     code = rep.report(str(run_dir))
     summary = (run_dir / rep.SUMMARY_FILE).read_text()
-    assert "one-token clips: 75.0% of 128 clipped responses" in summary  # 64 per line, two lines
+    assert "one-token clips: 75.0% of 128 clipped off-policy responses are clipped by a single outlier" in summary
+    assert "by any single token, harmless when it moved little: 75.0% of 128 clipped responses" in summary
     assert "1-8 100% of 96" in summary and "9-16 0% of 32" in summary
     assert "[one_token_clips]: GSPO health: 75% of the clipped off-policy responses" in summary
     if code == 0:
         assert (run_dir / "gspo_one_token_clips.png").exists() and "gspo_one_token_clips.png" in summary
+
+
+def test_one_token_clips_by_ordinary_drift_are_not_sent_to_token_log_ratio_clip(tmp_path):
+    """The embedded default's clips: nearly all one-token clips, by tokens that moved a median 0.11 (115 of 117).
+    The in-run warning stays silent on them; the report's line applies the same rule and does not ask for the clamp."""
+    signs, lengths = [1, -1] * 64, [4, 9, 5, 9, 12, 9, 6, 9] * 16
+    line = crafted_line(1, [1e-3] * 128, signs, lengths)
+    drivers = [0.11 if s > 0 else 0.0 for s in signs]  # every clipped response: a one-token clip by a small move
+    run_dir = write_lines(tmp_path / "drift", [with_one_token(line, drivers)])
+    rep.report(str(run_dir))
+    summary = (run_dir / rep.SUMMARY_FILE).read_text()
+    listed = next(text for text in summary.splitlines() if text.startswith("one-token clips:"))
+    assert listed.startswith("one-token clips: 0.0% of 64 clipped off-policy responses are clipped by a single outlier")
+    assert "by any single token, harmless when it moved little: 100.0% of 64" in listed
+    assert "[one_token_clips]" not in summary
 
 
 def test_old_diagnostics_file_without_one_token_counts_still_reports(tmp_path):
@@ -297,3 +313,34 @@ def test_the_replayed_wasted_rollouts_quotes_the_range_the_line_records():
     replayed = rep.health_warnings(wasting_lines((2e-3, 2e-3)))
     (message,) = [w["message"] for w in replayed if w["kind"] == "wasted_rollouts"]
     assert "widen epsilon_high (now 0.002)" in message
+
+
+@pytest.mark.parametrize("names, drawn", [(["gsm8k_accuracy"], (0.0, 1.0)), (["digit_count_reward"], None)])
+def test_the_reward_figure_never_draws_a_reward_no_response_can_get(tmp_path, monkeypatch, names, drawn):
+    """A 0/1 reward at mean 0.5 has std 0.5: the band mean ± std fits [0, 1]; at 0.1 (std 0.3) it would reach -0.2.
+    The band is clipped to the reward's range; a reward whose range is unknown gets its std as a line instead."""
+    pytest.importorskip("matplotlib")
+    from gspo_recipes.commands.report import figures
+
+    shown = {}
+    monkeypatch.setattr(figures, "save", lambda fig, plt, path: shown.update(axes=fig.axes[0]))
+    history = [{"step": s, "reward": p, "reward_std": (p * (1 - p)) ** 0.5, **{f"rewards/{n}/mean": p for n in names}}
+               for s, p in enumerate([0.1, 0.5, 0.95], start=1)]  # fmt: skip
+    assert figures.plot_reward(history, str(tmp_path / "reward.png"))
+    bands = shown["axes"].collections
+    if drawn is None:
+        assert not bands and "std over the batch" in shown["axes"].get_legend_handles_labels()[1][1]
+        return
+    heights = np.concatenate([band.get_paths()[0].vertices[:, 1] for band in bands])
+    assert heights.min() >= drawn[0] and heights.max() <= drawn[1]
+    assert heights.min() == 0.0  # at 0.1 the band is clipped at 0, where mean - std is -0.2
+
+
+def test_gspo_help_names_every_subcommand(capsys):
+    from gspo_recipes.commands.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    description = capsys.readouterr().out.split("\n\n")[1]  # the line under the usage, before the subcommand list
+    for name in ("report", "calibrate", "simulate", "passrate", "audit-reward"):
+        assert name in description, name

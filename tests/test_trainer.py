@@ -302,3 +302,20 @@ def test_default_args_are_gspo(tiny, prompt_dataset, tmp_path, monkeypatch):
         model=model, reward_funcs=digit_count_reward, train_dataset=prompt_dataset, processing_class=tokenizer
     )
     assert isinstance(trainer.args, GSPOConfig) and trainer.args.importance_sampling_level == "sequence"
+
+
+def test_a_finished_run_destroys_its_gloo_group_before_the_interpreter_shuts_down(tmp_path):
+    """Left to interpreter finalization, gloo's worker threads abort a process after a good run (SIGABRT, "terminate
+    called without an active exception"), and the launcher then kills the other ranks."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = str(probe.getsockname()[1])
+    script = os.path.join(os.path.dirname(__file__), "scripts", "gloo_exit.py")
+    result = subprocess.run([sys.executable, script, str(tmp_path), port], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "group alive at exit: False" in result.stdout

@@ -20,7 +20,8 @@ SUBCOMMANDS = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gspo", description="GSPO diagnostics: report, calibrate, simulate.")
+    # The description names the subcommands from SUBCOMMANDS, so a new one cannot be left out of `gspo --help`.
+    parser = argparse.ArgumentParser(prog="gspo", description=f"GSPO tools: {', '.join(SUBCOMMANDS)}.")
     subparsers = parser.add_subparsers(dest="command", required=True)
     for module_name in SUBCOMMANDS.values():
         importlib.import_module(module_name).register(subparsers)

@@ -105,7 +105,8 @@ def main(argv: list[str]) -> int:
     from gspo_recipes.commands.passrate_sampling import Sampler, reward_names
     from gspo_recipes.recipe import load_train_dataset, map_columns, model_and_tokenizer
     from gspo_recipes.rewards import get_rewards
-    from gspo_recipes.stats.groups import signal_reward_index
+    from gspo_recipes.rewards.registry import reward_kind
+    from gspo_recipes.stats.groups import no_signal_reward, signal_reward_index
 
     script_args, training_args, model_args = parse(argv)
     bounds = keep_range(script_args.keep)
@@ -122,9 +123,9 @@ def main(argv: list[str]) -> int:
         )
     rewards = get_rewards(script_args.reward_funcs or ["gsm8k_accuracy"])
     names = reward_names(rewards)
-    signal = signal_reward_index(names, training_args.dynamic_sampling_reward)
+    signal = signal_reward_index(names, [reward_kind(f) for f in rewards], training_args.dynamic_sampling_reward)
     if signal is None:
-        raise SystemExit(f"error: every reward ({', '.join(names)}) is a shaping term; add an accuracy reward.")
+        raise SystemExit(f"error: {no_signal_reward(names)}")
 
     state = PartialState()
     out = training_args.output_dir
@@ -159,7 +160,8 @@ def main(argv: list[str]) -> int:
 
 
 def fingerprint(script_args, training_args, model_args) -> dict:
-    """What decides the samples: a resumed run must match it."""
+    """Every argument that decides the samples, the prompts or the signal reward: a resumed run must match it (else
+    a rerun with another --system_prompt would return the stale file)."""
     return {
         "model": model_args.model_name_or_path,
         "dataset": script_args.dataset_name,
@@ -172,8 +174,16 @@ def fingerprint(script_args, training_args, model_args) -> dict:
         "temperature": training_args.temperature,
         "top_p": training_args.top_p,
         "top_k": training_args.top_k,
+        "min_p": training_args.min_p,
+        "repetition_penalty": training_args.repetition_penalty,
+        "generation_kwargs": training_args.generation_kwargs,
         "seed": training_args.seed,
         "batch_size": script_args.passrate_batch_size,
+        # what the prompts are, and which reward decides
+        "system_prompt": script_args.system_prompt,
+        "prompt_column": script_args.prompt_column,
+        "use_chat_template": script_args.use_chat_template,
+        "dynamic_sampling_reward": training_args.dynamic_sampling_reward,
     }
 
 

@@ -1,5 +1,13 @@
 """Sampling and scoring for `gspo passrate`: transformers generation of `num_generations` responses per prompt, each
-batch from its own seed, and the rewards called as TRL calls them (prompts, completions, completion_ids, columns)."""
+batch from its own seed, and the rewards called as TRL calls them (prompts, completions, completion_ids, columns).
+
+The pass rates must describe the task the recipe trains on, so the samples are drawn as a training step draws them:
+- the prompt is the recipe's (`RECIPE_SYSTEM_PROMPTS`, by the column the recipe reads, unless `--system_prompt`);
+- it is tokenized as GRPOTrainer tokenizes (chat prompts through the chat template, plain text with the tokenizer's
+  special tokens, BOS included);
+- generation uses GRPOTrainer's GenerationConfig (`training_generation_config`) and nothing from the model's
+  `generation_config.json` (Qwen2.5-Instruct's repetition penalty, for one), which a training step does not use.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +26,49 @@ def batch_seed(parts) -> int:
     return int.from_bytes(digest[:8], "little") % (2**63)
 
 
+# The system prompt of the recipe that reads each prompt column (recipes/gsm8k_gspo.py and math_gspo.py; a test pins
+# them to the recipes' SYSTEM_PROMPT).
+RECIPE_SYSTEM_PROMPTS = {
+    "question": "Solve the math word problem step by step. End with the final answer on its own line, as "
+    "'#### <number>'.",
+    "problem": "Solve the problem. Reason step by step, then put the final answer in \\boxed{}.",
+}
+
+
+def training_generation_config(args, tokenizer, model):
+    """The GenerationConfig GRPOTrainer samples with (trl 1.16, `GRPOTrainer.__init__`), from the same arguments."""
+    from transformers import GenerationConfig
+
+    eos = model.generation_config.eos_token_id
+    eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+    if tokenizer.eos_token_id not in eos:
+        eos = [tokenizer.eos_token_id, *eos]
+    settings = {
+        "max_new_tokens": args.max_completion_length,
+        "do_sample": True,
+        "pad_token_id": tokenizer.pad_token_id,
+        "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": eos,
+        "temperature": args.temperature,
+        "top_p": args.top_p,
+        "top_k": args.top_k,
+        "min_p": args.min_p,
+        "repetition_penalty": args.repetition_penalty,
+        "cache_implementation": args.cache_implementation,
+        **(args.generation_kwargs or {}),
+    }
+    return GenerationConfig(**settings, disable_compile=True)
+
+
+def prompt_token_ids(tokenizer, prompts: list) -> list[list[int]]:
+    """Token ids as GRPOTrainer makes them: chat prompts through the chat template (which writes the special tokens),
+    plain text through the tokenizer with its special tokens."""
+    if isinstance(prompts[0], list):
+        encoded = tokenizer.apply_chat_template(prompts, add_generation_prompt=True, tokenize=True, return_dict=True)
+        return [list(ids) for ids in encoded["input_ids"]]
+    return [list(ids) for ids in tokenizer(text=prompts)["input_ids"]]
+
+
 class Sampler:
     def __init__(self, model, tokenizer, training_args, script_args, column: str, device):
         from gspo_recipes.recipe import as_prompt
@@ -30,7 +81,13 @@ class Sampler:
         self.tokenizer, self.device, self.args, self.column = tokenizer, device, training_args, column
         self.chat = script_args.use_chat_template and tokenizer.chat_template is not None
         self.system_prompt = script_args.system_prompt
+        if self.system_prompt is None:
+            self.system_prompt = RECIPE_SYSTEM_PROMPTS.get(column)
         self._as_prompt = as_prompt
+        self.generation_config = training_generation_config(training_args, tokenizer, self.model)
+        # transformers fills what a passed config leaves at its defaults from the model's own generation_config
+        # (transformers#42762; TRL overrides it the same way while generating): make that one the training config.
+        self.model.generation_config = self.generation_config
 
     def prompt_of(self, example: dict):
         value = example[self.column]
@@ -38,32 +95,17 @@ class Sampler:
             return value
         return self._as_prompt(value, self.system_prompt, self.chat)
 
-    def _text(self, prompt) -> str:
-        if isinstance(prompt, list):
-            return self.tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
-        return prompt
-
     @torch.no_grad()
     def generate(self, prompts: list, seed) -> tuple[list[list[str]], list[list[list[int]]]]:
         """Per prompt: `num_generations` completion texts and their token ids (eos and padding removed)."""
-        a, G = self.args, self.args.num_generations
-        tok = self.tokenizer
+        G, tok = self.args.num_generations, self.tokenizer
         tok.padding_side = "left"
-        encoded = tok([self._text(p) for p in prompts], return_tensors="pt", padding=True, add_special_tokens=False)
+        encoded = tok.pad({"input_ids": prompt_token_ids(tok, prompts)}, padding=True, return_tensors="pt")
         encoded = {k: v.to(self.device) for k, v in encoded.items()}
         torch.manual_seed(batch_seed(seed))
-        out = self.model.generate(
-            **encoded,
-            do_sample=True,
-            temperature=a.temperature,
-            top_p=a.top_p,
-            top_k=a.top_k or 0,
-            max_new_tokens=a.max_completion_length,
-            num_return_sequences=G,
-            pad_token_id=tok.pad_token_id,
-        )
+        out = self.model.generate(**encoded, generation_config=self.generation_config, num_return_sequences=G)
         completion_ids = out[:, encoded["input_ids"].size(1) :].tolist()
-        stops = {tok.eos_token_id, tok.pad_token_id}
+        stops = {*self.generation_config.eos_token_id, tok.pad_token_id}
         texts, ids = [], []
         for row in completion_ids:
             end = next((j for j, t in enumerate(row) if t in stops), len(row))

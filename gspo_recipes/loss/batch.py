@@ -85,12 +85,14 @@ def gspo_batch_loss(
     bias_corrected_kl: bool = False,
     accumulation_steps: int = 1,
     measure_one_token: bool = False,
+    num_responses: int | None = None,
 ) -> BatchLoss:
     """GSPO's loss of one micro-batch and its statistics.
 
     The loss is the mean over each response's tokens, then over the micro-batch's responses (its size, as TRL counts:
     a truncated response with no tokens counts as zero and leaves its neighbours' weight alone), divided by
-    `accumulation_steps` (TRL turns off the Trainer's own scaling). `reference_length` turns on the length-scaled
+    `accumulation_steps` (TRL turns off the Trainer's own scaling). `num_responses` replaces that count (dynamic
+    sampling's padding rows do not count). `reference_length` turns on the length-scaled
     range: response i gets eps * sqrt(reference_length / L_i).
     """
     lengths = mask.sum(-1)
@@ -116,7 +118,8 @@ def gspo_batch_loss(
     if beta != 0.0:
         per_token_kl = k3_kl(per_token_logps, ref_per_token_logps, old_per_token_logps, mask, bias_corrected_kl)
         per_token_loss = per_token_loss + beta * per_token_kl
-    loss = mean_over_responses(per_token_loss, mask, num_responses=mask.size(0))
+    count = mask.size(0) if num_responses is None else num_responses
+    loss = mean_over_responses(per_token_loss, mask, num_responses=count)
     policy_loss = loss.detach()
 
     response_adv = response_advantage(advantages, mask)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -24,6 +25,45 @@ _REGISTRY: dict[str, str] = {
     "code_execution": "gspo_recipes.rewards.code.reward:code_execution",
     "code_execution_binary": "gspo_recipes.rewards.code.reward:code_execution_binary",
 }
+
+
+# What a reward measures, for the group statistics and dynamic sampling (gspo_recipes/stats/groups.py): "accuracy"
+# scores whether the task was solved (1) or not (0); "shaping" pays for form. A function of one's own says it with
+# an attribute, `my_reward.reward_kind = "accuracy"`; TRL's own accuracy rewards are known by their import path.
+REWARD_KIND_ATTRIBUTE = "reward_kind"
+_KINDS: dict[str, str] = {
+    "gsm8k_accuracy": "accuracy",
+    "math_accuracy": "accuracy",
+    "gsm8k_accuracy_lenient": "accuracy",
+    "math_accuracy_lenient": "accuracy",
+    "code_execution": "accuracy",
+    "code_execution_binary": "accuracy",
+    "format": "shaping",
+    "format_strict": "shaping",
+    "soft_overlong_punishment": "shaping",
+}
+_TRL_ACCURACY_REWARDS = (
+    "trl.rewards.accuracy_rewards:accuracy_reward",
+    "trl.rewards.accuracy_rewards:reasoning_accuracy_reward",
+)
+
+
+def reward_kind(func: Callable) -> str | None:
+    """ "accuracy", "shaping" or None (unknown): the function's `reward_kind` attribute, else its registry entry's kind
+    (a registered function, or one configured from it), else TRL's accuracy rewards by import path."""
+    kind = getattr(func, REWARD_KIND_ATTRIBUTE, None)
+    if kind is not None:
+        return kind
+    target = getattr(func, "func", func)  # a ConfiguredReward's function
+    for name, kind in _KINDS.items():
+        registered = _REGISTRY.get(name)
+        if not callable(registered):  # a path: resolved only if its module is loaded (target's module is)
+            module = sys.modules.get(str(registered).partition(":")[0])
+            registered = _resolve(name) if module is not None else None
+        if registered is target:
+            return kind
+    path = f"{getattr(target, '__module__', '')}:{getattr(target, '__qualname__', '')}"
+    return "accuracy" if path in _TRL_ACCURACY_REWARDS else None
 
 
 class ConfiguredReward:
@@ -43,9 +83,11 @@ class ConfiguredReward:
         return f"<reward {self.__name__}({options})>"
 
 
-def register_reward(name: str, target: str | Callable) -> None:
-    """Make `name` resolve to `target` (a callable or a `module:function` path)."""
+def register_reward(name: str, target: str | Callable, kind: str | None = None) -> None:
+    """Make `name` resolve to `target` (a callable or a `module:function` path); `kind`: "accuracy" or "shaping"."""
     _REGISTRY[name] = target
+    if kind is not None:
+        _KINDS[name] = kind
 
 
 def available_rewards() -> list[str]:

@@ -6,6 +6,11 @@ dilute the step. These statistics say how much of a batch is like that, on the r
 "signal"), never on a shaping term such as `format` or `soft_overlong_punishment`: a group where every answer is
 wrong but the formats differ still teaches nothing about the task. Needs only torch.
 
+Which reward is the signal is decided by what each reward is, never guessed from its name: `dynamic_sampling_reward`
+when given, else the first reward of kind "accuracy" (`rewards.registry.reward_kind`: the function's `reward_kind`
+attribute, a registered accuracy reward, TRL's `accuracy_reward`); when none is, there is no signal reward, and what
+needs one (dynamic sampling, `gspo passrate`) says so and stops.
+
 Rewards are read as in [0, 1] (1 = solved): a group is solved-all when every response reaches 1 - eps, solved-none
 when every one is at most eps. Unscorable responses (None from the reward, NaN here) carry no signal: they never
 count as effective, and a group with fewer than two scorable responses has zero std.
@@ -28,34 +33,33 @@ SHAPING_REWARDS = frozenset(
 GROUP_METRICS = ("solve_all_frac", "solve_none_frac", "zero_std_frac", "effective_frac")
 
 
-def is_accuracy_reward(name: str) -> bool:
-    return "accuracy" in name or name.startswith("code_execution") or name == "pass_rate"
-
-
-def signal_reward_index(names: list[str], requested: str | None = None) -> int | None:
+def signal_reward_index(names: list[str], kinds: list[str | None], requested: str | None = None) -> int | None:
     """The index in `names` of the reward that decides: `requested` when given (ValueError if it is missing or a
-    shaping term), else the first accuracy reward, else the first reward that is not a shaping term; None when every
-    reward is a shaping term."""
+    shaping term), else the first reward whose kind is "accuracy"; None when no reward is known to be one."""
     if requested is not None:
-        if requested in SHAPING_REWARDS:
-            raise ValueError(
-                f"dynamic_sampling_reward='{requested}' is a shaping term: it pays for form, not success, and "
-                "filtering on it keeps groups that teach nothing about the task (verl-recipe#125). Name the accuracy "
-                f"reward instead, one of {[n for n in names if n not in SHAPING_REWARDS]}."
-            )
         if requested not in names:
             raise ValueError(
                 f"dynamic_sampling_reward='{requested}' is not one of the trainer's rewards {names}. Use one of "
                 "those names (a reward function's __name__)."
             )
+        if requested in SHAPING_REWARDS or kinds[names.index(requested)] == "shaping":
+            raise ValueError(
+                f"dynamic_sampling_reward='{requested}' is a shaping term: it pays for form, not success, and "
+                "filtering on it keeps groups that teach nothing about the task (verl-recipe#125). Name the accuracy "
+                "reward instead."
+            )
         return names.index(requested)
-    for i, name in enumerate(names):
-        if is_accuracy_reward(name):
-            return i
-    for i, name in enumerate(names):
-        if name not in SHAPING_REWARDS:
-            return i
-    return None
+    return next((i for i, kind in enumerate(kinds) if kind == "accuracy"), None)
+
+
+def no_signal_reward(names: list[str]) -> str:
+    """Why no reward decides, and the two ways to say which one does."""
+    return (
+        f"no reward of {', '.join(names)} is known to measure success (an accuracy reward: 1 solved, 0 not), and "
+        "which groups carry signal is judged on that one, never guessed. Name it with dynamic_sampling_reward=NAME, "
+        "or mark your function: my_reward.reward_kind = 'accuracy' (the registry's accuracy rewards and TRL's "
+        "accuracy_reward are known)."
+    )
 
 
 def group_std(signal: torch.Tensor) -> torch.Tensor:

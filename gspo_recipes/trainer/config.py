@@ -46,12 +46,14 @@ Parameters that differ from `GRPOConfig`'s defaults:
 
     dynamic_sampling (`bool`, defaults to `False`): replace groups with zero std on the signal reward by fresh ones.
     dynamic_sampling_max_rounds (`int`, defaults to `4`): generation rounds per generation batch, the first included.
-    dynamic_sampling_reward (`str`, defaults to `None`): the deciding reward; None is the first accuracy reward.
+    dynamic_sampling_reward (`str`, defaults to `None`): the deciding reward; None is the first reward of kind
+        "accuracy" (`reward_kind` attribute, a registry accuracy reward, TRL's accuracy_reward), never guessed.
     zero_std_epsilon (`float`, defaults to `1e-6`): the std at or below which a group carries no signal.
 
 > Held-out evaluation (callbacks/heldout_eval.py, gspo_recipes/stats/heldout.py; the recipes add the callback)
 
-    heldout_eval_steps (`int`, defaults to `0`): score held-out prompts every N optimizer steps; 0 turns it off.
+    heldout_eval_steps (`int`, defaults to `0`): score held-out prompts at the first log on or after every N
+        optimizer steps (held-out evaluation never adds a log); 0 turns it off.
     heldout_num_samples (`int`, defaults to `4`): k, sampled completions per held-out prompt (pass@k, maj@k).
     heldout_max_prompts (`int`, defaults to `32`): at most this many held-out prompts per evaluation.
     heldout_rewards (`list[str]`, defaults to `None`): graders by registry name; None: the strict math graders or
@@ -244,8 +246,9 @@ class GSPOConfig(GRPOConfig):
         default=None,
         metadata={
             "help": "The reward (a reward function's name) whose std decides whether a group carries signal, for "
-            "dynamic sampling and the gspo/groups/* metrics. None: the first accuracy reward. A shaping term "
-            "(format, soft_overlong_punishment) is refused."
+            "dynamic sampling and the gspo/groups/* metrics. None: the first reward of kind 'accuracy' (a function "
+            "with reward_kind='accuracy', a registry accuracy reward, TRL's accuracy_reward); when none is, dynamic "
+            "sampling refuses to start. A shaping term (format, soft_overlong_punishment) is refused."
         },
     )
     zero_std_epsilon: float = field(
@@ -259,8 +262,9 @@ class GSPOConfig(GRPOConfig):
     heldout_eval_steps: int = field(
         default=0,
         metadata={
-            "help": "Every this many optimizer steps (and at the last), generate on the held-out prompts and log "
-            "heldout/{reward}/pass@1, pass@k, maj@k, greedy. 0: off."
+            "help": "At the first log on or after every this many optimizer steps (and at the last), generate on the "
+            "held-out prompts and log heldout/{reward}/pass@1, pass@k, maj@k, greedy; it never adds a log of its "
+            "own. 0: off."
         },
     )
     heldout_num_samples: int = field(

@@ -12,9 +12,10 @@ How it stays correct:
   quota). A process that filled its quota early still generates in later rounds (the collectives inside TRL's
   generation need every process) and drops its surplus.
 - A batch still short when the budget is spent is filled with the process's own zero-std groups from the first
-  round, with their completion mask zeroed: they keep the shapes and the micro-steps, and never reach the loss.
-  GSPOTrainer's loss (mean over the responses that have tokens) then averages over the kept responses only, so each
-  kept response weighs what it would in a full batch and the step's gradient keeps its scale (from fewer responses);
+  round, with their completion mask zeroed and their rows flagged (`FILLER_KEY`): they keep the shapes and the
+  micro-steps, and never reach the loss. GSPOTrainer's loss counts the flagged rows out of its mean over the
+  micro-batch's responses, so it averages over the kept responses only and the step's gradient keeps its scale (from
+  fewer responses);
   with a loss handed to TRL, `loss_type="grpo"` counts the masked rows in its mean (the gradient shrinks by the kept
   share, as without dynamic sampling) and the token-summing types normalise by tokens, which excludes them.
 - Fresh prompts come from a second, seeded pass over the training set (its own permutation per pass, the same on
@@ -22,7 +23,9 @@ How it stays correct:
   saved with each checkpoint: a run resumed at a generation boundary draws the refills an uninterrupted one would.
   A prompt can appear in a refill and again in the trainer's own order.
 
-Advantages are TRL's, computed within each round (with `scale_rewards="batch"` the std is the round's).
+Advantages are TRL's, computed within each round (with `scale_rewards="batch"` the std is the round's). The metrics
+TRL logs per generation call (`reward`, `rewards/*`, `completions/*`) are merged over the rounds into one value over
+every response generated (`merge_round_metrics`).
 """
 
 from __future__ import annotations
@@ -34,9 +37,10 @@ import os
 import torch
 
 from gspo_recipes import _trl
-from gspo_recipes.stats.groups import has_signal
+from gspo_recipes.stats.groups import has_signal, no_signal_reward
 
 STATE_FILE = "dynamic_sampling.json"
+FILLER_KEY = "dynamic_sampling_filler"  # bool per row: a padding group's response, which the loss does not count
 
 
 class RefillStream:
@@ -65,11 +69,7 @@ class DynamicSampler:
         args = trainer.args
         health = trainer.group_health
         if health.index is None:
-            raise ValueError(
-                f"dynamic_sampling=True needs a reward that measures success to decide which groups carry signal, but "
-                f"every reward ({', '.join(health.names)}) is a shaping term. Add an accuracy reward, or set "
-                "dynamic_sampling=False."
-            )
+            raise ValueError(f"dynamic_sampling=True cannot start: {no_signal_reward(health.names)}")
         if trainer.train_dataset is None or isinstance(trainer.train_dataset, IterableDataset):
             raise ValueError(
                 "dynamic_sampling=True draws fresh prompts by index and needs a map-style train_dataset (a "
@@ -91,10 +91,13 @@ class DynamicSampler:
         outputs, signals, passes, refill_indices = [], [], [], []
         kept = [[] for _ in range(n)]  # per process: (round, group) in the order they were kept
         size, batch = quota, inputs
+        store = _trl.metric_store(t)
+        before, responses = {name: len(values) for name, values in store.items()}, []
         self.filling = True
         try:
             for round_ in range(self.max_rounds):
                 outputs.append(t._generate_and_score_completions(batch))
+                responses.append(n * size * G)
                 signal = t.group_health.take_signal(G).view(n, size, G)
                 passed = has_signal(signal.view(-1, G), self.eps).view(n, size)
                 signals.append(signal)
@@ -124,8 +127,10 @@ class DynamicSampler:
         masked_rows = torch.tensor([m for _, _, m in picks[rank] for _ in range(G)], device=mask.device)
         if masked_rows.any():  # fillers: in the batch for its shape, out of the loss
             output["completion_mask"] = mask * (~masked_rows).unsqueeze(1).to(mask.dtype)
+        output[FILLER_KEY] = masked_rows  # split with the rows into micro-batches; the loss's count leaves them out
         if "num_items_in_batch" in outputs[0]:  # TRL's token count over every process, after the masking
             output["num_items_in_batch"] = t.accelerator.gather(_trl.loss_mask(output).sum()).sum()
+        merge_round_metrics(store, before, responses)
         self._report(signals, passes, picks, refill_indices)
         return output
 
@@ -176,6 +181,50 @@ class DynamicSampler:
         if os.path.exists(path):
             with open(path) as f:
                 self.refill.position = int(json.load(f)["refill_position"])
+
+
+def merge_round_metrics(store: dict, before: dict, responses: list[int]) -> None:
+    """Replace the value each round appended to a metric by one over every response generated (the README's "TRL's
+    metrics cover every generated response"): the mean weighted by each round's responses; the min or max of the
+    rounds for `min`/`max` metrics; for a `std`, the std of all the responses, pooled from the rounds' means and
+    stds (TRL's Bessel-corrected `nanstd`), or the weighted mean where no matching mean was logged."""
+    rounds = len(responses)
+    if rounds < 2:
+        return
+    weights = torch.tensor(responses, dtype=torch.float64)
+
+    def new_values(name):
+        values = store.get(name, [])
+        added = values[before.get(name, 0) :]
+        return torch.tensor(added, dtype=torch.float64) if len(added) == rounds else None
+
+    merged = {}
+    for name in list(store):
+        values = new_values(name)
+        if values is None:
+            continue
+        last = name.rsplit("/", 1)[-1]
+        words = last.split("_")
+        if "min" in words:
+            merged[name] = values.min().item()
+        elif "max" in words:
+            merged[name] = values.max().item()
+        elif last.endswith("std"):
+            means = new_values(name[: -len("_std")] if name.endswith("_std") else name[: -len("std")] + "mean")
+            merged[name] = _pooled_std(values, means, weights)
+        else:
+            merged[name] = ((values * weights).sum() / weights.sum()).item()
+    for name, value in merged.items():
+        del store[name][before.get(name, 0) :]
+        store[name].append(value)
+
+
+def _pooled_std(stds: torch.Tensor, means: torch.Tensor | None, counts: torch.Tensor) -> float:
+    if means is None:
+        return ((stds * counts).sum() / counts.sum()).item()
+    mean = (means * counts).sum() / counts.sum()
+    squares = ((counts - 1) * stds.nan_to_num() ** 2).sum() + (counts * (means - mean) ** 2).sum()
+    return (squares / (counts.sum() - 1)).sqrt().item()
 
 
 def merge_rows(outputs: list[dict], picks: list[tuple[int, int]], G: int, pad_token_id: int) -> dict:

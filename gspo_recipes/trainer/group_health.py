@@ -11,8 +11,16 @@ import logging
 import torch
 
 from gspo_recipes import _trl
+from gspo_recipes.rewards.registry import reward_kind
 from gspo_recipes.runfiles.run_warnings import record_warning
-from gspo_recipes.stats.groups import LowSignalWarning, add_counts, group_counts, group_fractions, signal_reward_index
+from gspo_recipes.stats.groups import (
+    LowSignalWarning,
+    add_counts,
+    group_counts,
+    group_fractions,
+    no_signal_reward,
+    signal_reward_index,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -24,17 +32,14 @@ class GroupHealth:
         self.trainer = trainer
         args = trainer.args
         self.names = list(trainer.reward_func_names)
-        self.index = signal_reward_index(self.names, getattr(args, "dynamic_sampling_reward", None))
+        self.kinds = [reward_kind(func) for func in trainer.reward_funcs]
+        self.index = signal_reward_index(self.names, self.kinds, getattr(args, "dynamic_sampling_reward", None))
         self.eps = float(getattr(args, "zero_std_epsilon", 1e-6))
         self.warning = LowSignalWarning(dynamic_sampling=bool(getattr(args, "dynamic_sampling", False)))
         self.warning.emit = trainer.accelerator.is_main_process  # judged on rewards gathered from every process
         self.signal: torch.Tensor | None = None  # signal rewards of the last scored batch, all processes, in order
-        if self.index is None:
-            logger.warning(
-                "gspo/groups/* are off: every reward (%s) is a shaping term, and group health is judged on the reward "
-                "that measures success. Add an accuracy reward.",
-                ", ".join(self.names),
-            )
+        if self.index is None and not getattr(args, "dynamic_sampling", False):  # dynamic sampling refuses instead
+            logger.warning("gspo/groups/* are off: %s", no_signal_reward(self.names))
 
     @property
     def signal_name(self) -> str | None:

@@ -18,6 +18,7 @@ and tests/test_loss_options.py check it). What the trainer assumes about TRL's i
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 
@@ -30,7 +31,9 @@ from gspo_recipes.loss.batch import gspo_batch_loss
 from gspo_recipes.sampler import SamplerLogprobs
 from gspo_recipes.sampler.sampling_mask import KEPT_IDS_KEY
 from gspo_recipes.stats.calibration import EpsilonCalibration
+from gspo_recipes.stats.response_stats import window_ends
 from gspo_recipes.trainer.config import GSPOConfig
+from gspo_recipes.trainer.dynamic_sampling import FILLER_KEY
 from gspo_recipes.trainer.group_health import GroupHealth
 from gspo_recipes.trainer.grpo_conversion import from_grpo_config
 from gspo_recipes.trainer.loss_options import add_entropy_bonus, masked_shares, policy_masks
@@ -176,6 +179,20 @@ class GSPOTrainer(GRPOTrainer):
         original = super()._get_per_token_logps_and_entropies
         return self.sampler_logprobs.per_token_logps(original, model, *args, **kwargs)
 
+    def train(self, *args, **kwargs):
+        output = super().train(*args, **kwargs)
+        end_gloo_process_group_at_exit()  # after a run that finished: no collective is pending
+        return output
+
+    def _maybe_log_save_evaluate(self, *args, **kwargs):
+        # Every callback's on_step_end has run: a log forced by one registered after the diagnostics callbacks closes
+        # their window too, so each window follows the logs that actually happen (close_window is once per step).
+        if window_ends(self.state, self.control):
+            for callback in self.callback_handler.callbacks:
+                if hasattr(callback, "close_window"):
+                    callback.close_window(self.args, self.state)
+        return super()._maybe_log_save_evaluate(*args, **kwargs)
+
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         # keep_sampling_mask: the loss's scoring pass takes this minibatch's kept sets (a no-op with the mask off)
         with self.sampler_logprobs.kept_sets(inputs.get(KEPT_IDS_KEY)):
@@ -267,6 +284,7 @@ class GSPOTrainer(GRPOTrainer):
             accumulation_steps=self.current_gradient_accumulation_steps if mode == "train" else 1,
             # O(B T) on detached values, only while a callback consumes them
             measure_one_token=mode == "train" and self.response_stats is not None,
+            num_responses=counted_responses(inputs, mask),
         )
         loss = step.loss
         if _trl.entropy_bonus_enabled(self):
@@ -315,3 +333,36 @@ class GSPOTrainer(GRPOTrainer):
         if self.calibration is not None:
             metrics["gspo/epsilon_low"].append(self.epsilon_low)
             metrics["gspo/epsilon_high"].append(self.epsilon_high)
+
+
+def counted_responses(inputs, mask) -> int:
+    """The responses the loss averages over: the micro-batch's rows, as TRL counts (a truncated response masked by
+    `mask_truncated_completions` counts as zero), less dynamic sampling's padding rows, which would shrink the
+    gradient of the kept responses by the kept share."""
+    fillers = inputs.get(FILLER_KEY)
+    return mask.size(0) - (0 if fillers is None else int(fillers.sum()))
+
+
+def end_gloo_process_group_at_exit() -> None:
+    """Destroy the default gloo process group when the interpreter exits, while it is still alive.
+
+    Left to interpreter finalization, gloo's C++ worker threads can still hold work objects whose tensors reach into
+    Python; destroying them then aborts the process ("terminate called without an active exception", SIGABRT) after a
+    good run, and the launcher kills the other ranks (pytorch/pytorch#190489). `accelerate launch` never destroys the
+    group itself. Registered once, after `train` returns; a no-op when the caller destroyed the group already.
+    """
+    global _exit_hook_registered
+    if _exit_hook_registered:
+        return
+    _exit_hook_registered = True
+
+    def destroy() -> None:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized() and "gloo" in str(dist.get_backend()):
+            dist.destroy_process_group()
+
+    atexit.register(destroy)
+
+
+_exit_hook_registered = False

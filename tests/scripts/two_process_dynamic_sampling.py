@@ -19,6 +19,9 @@ def toy_accuracy(completions, kind, **kwargs):
             for c, k in zip(completions, kind)]  # fmt: skip
 
 
+toy_accuracy.reward_kind = "accuracy"
+
+
 out = sys.argv[1]
 model, tokenizer = build_tiny_model_and_tokenizer()
 dataset = Dataset.from_list([{"prompt": f"q{i}:", "kind": KINDS[i % 4]} for i in range(64)])

@@ -84,7 +84,28 @@ def plot_spread(spread, path: str, c: float | None) -> None:
     save(fig, plt, path)
 
 
+# The range each of the package's rewards can take, by the name TRL logs it under (rewards/{name}/mean).
+REWARD_BOUNDS = {
+    **dict.fromkeys(("gsm8k_accuracy", "math_accuracy", "gsm8k_accuracy_lenient", "math_accuracy_lenient"), (0.0, 1.0)),
+    **dict.fromkeys(("code_execution", "code_execution_binary", "format_reward", "format_strict_reward"), (0.0, 1.0)),
+    "soft_overlong_punishment": (-1.0, 0.0),
+}
+
+
+def reward_bounds(entries: list[dict]) -> tuple[float, float] | None:
+    """The range the total reward can take: the sum of its rewards' ranges (TRL's default weights of 1); None when a
+    reward's range is unknown or the run logged the reward without its parts."""
+    names = {key[len("rewards/") : -len("/mean")] for e in entries for key in e if key.startswith("rewards/")
+             and key.endswith("/mean")}  # fmt: skip
+    if not names or any(name not in REWARD_BOUNDS for name in names):
+        return None
+    return sum(REWARD_BOUNDS[n][0] for n in names), sum(REWARD_BOUNDS[n][1] for n in names)
+
+
 def plot_reward(log_history: list[dict], path: str) -> bool:
+    """The mean reward over steps, with the spread over the batch drawn only where it can be: a ±std band clipped to
+    the reward's range when that is known (a band past it would show rewards no response can get), else the std as
+    its own line."""
     entries = [e for e in log_history if "reward" in e and "step" in e]
     if not entries:
         return False
@@ -95,7 +116,14 @@ def plot_reward(log_history: list[dict], path: str) -> bool:
     ax.plot(steps, reward, "o-", ms=3, label="mean reward")
     if all("reward_std" in e for e in entries):
         std = np.array([e["reward_std"] for e in entries])
-        ax.fill_between(steps, reward - std, reward + std, alpha=0.2, label="± std over the batch")
+        bounds = reward_bounds(entries)
+        if bounds is not None:
+            low, high = np.clip(reward - std, *bounds), np.clip(reward + std, *bounds)
+            ax.fill_between(
+                steps, low, high, alpha=0.2, label=f"± std over the batch, within [{bounds[0]:g}, {bounds[1]:g}]"
+            )
+        else:
+            ax.plot(steps, std, ":", color="grey", label="std over the batch (the reward's range is unknown)")
     ax.set(xlabel="step", ylabel="reward", title="reward over steps")
     ax.legend(fontsize=8)
     save(fig, plt, path)

@@ -7,6 +7,7 @@ without it. Pure functions over the parsed lines, plus one figure.
 from __future__ import annotations
 
 from gspo_recipes.commands.report.figures import pyplot, save
+from gspo_recipes.stats.health import ONE_TOKEN_OUTLIER_LOG_RATIO
 
 ONE_TOKEN_FIGURE = "gspo_one_token_clips.png"
 
@@ -36,8 +37,23 @@ def one_token_series(lines: list[dict]) -> dict[str, dict[str, list]]:
     return series
 
 
+def outlier_clips(lines: list[dict]) -> tuple[int, int]:
+    """(one-token clips by an outlier token, clipped off-policy responses), pooled over the lines: the in-run
+    warning's own rule (`stats.health.ONE_TOKEN_OUTLIER_LOG_RATIO`), since a peaked model's ordinary drift makes most
+    of its clips one-token clips by small moves, which a clamp would only distort."""
+    outliers = clipped = 0
+    for line in lines:
+        drivers = line.get("off_policy", {}).get("one_token")
+        if drivers is None:
+            continue
+        outliers += sum(value >= ONE_TOKEN_OUTLIER_LOG_RATIO for value in drivers)
+        clipped += sum(m["clipped_low"] + m["clipped_high"] for k, m in line.get("minibatches", {}).items() if k != "1")
+    return outliers, clipped
+
+
 def one_token_summary(lines: list[dict]) -> list[str]:
-    """The line for gspo_report.txt: the pooled one-token share, overall and per length bucket."""
+    """The line for gspo_report.txt: the share of the clipped off-policy responses that an outlier token clips (what
+    the in-run warning judges), then every one-token clip, overall and per length bucket."""
     recorded = [line for line in lines if has_one_token_counts(line)]
     if not recorded:
         return ["one-token clips: not recorded (a diagnostics file from before gspo/clip_frac/one_token)"]
@@ -52,9 +68,17 @@ def one_token_summary(lines: list[dict]) -> list[str]:
         return ["one-token clips: no clipped responses"]
     one_token = sum(t[1] for t in totals.values())
     per_length = ", ".join(f"{label} {t[1] / t[0]:.0%} of {t[0]}" for label, t in totals.items() if t[0])
+    outliers, off_policy = outlier_clips(recorded)
+    judged = (
+        f"{outliers / off_policy:.1%} of {off_policy} clipped off-policy responses are clipped by a single outlier "
+        f"token (|log-ratio| >= {ONE_TOKEN_OUTLIER_LOG_RATIO:g}, the in-run warning's rule; above half, see "
+        "token_log_ratio_clip)"
+        if off_policy
+        else "no clipped off-policy responses"
+    )
     return [
-        f"one-token clips: {one_token / clipped:.1%} of {clipped} clipped responses are clipped by a single token "
-        f"(by length: {per_length}); above half, see token_log_ratio_clip"
+        f"one-token clips: {judged}; by any single token, harmless when it moved little: {one_token / clipped:.1%} "
+        f"of {clipped} clipped responses (by length: {per_length})"
     ]
 
 
