@@ -125,6 +125,7 @@ def logged_epsilons(trainer):
     ]
 
 
+@pytest.mark.slow
 def test_automatic_calibration_and_resume(tmp_path, caplog):
     trainer = calibrating_trainer(tmp_path, max_steps=8)
     with caplog.at_level(logging.WARNING, logger="gspo_recipes.trainer.gspo_trainer"):

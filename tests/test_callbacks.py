@@ -258,6 +258,7 @@ def test_tensorboard_event_file_holds_the_histogram(tmp_path, tiny, prompt_datas
     assert "train/gspo/clip_frac" in events.Tags()["scalars"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("killed_mid_write", [False, True])
 def test_diagnostics_file_continues_on_resume(tmp_path, tiny, prompt_dataset, killed_mid_write):
     from gspo_recipes.builtin.tiny import build_tiny_model_and_tokenizer

@@ -87,6 +87,7 @@ def gspo_run(output_dir, reward, resume=None, **overrides):
     return trainer
 
 
+@pytest.mark.slow
 def test_a_collapsing_run_warns_once_naming_the_fixes_and_a_resumed_run_reaches_the_same_verdict(tmp_path, caplog):
     """The shipped defaults (GSPOTrainer registers the callback): fires once, with the message in the log and the
     diagnostics file. Resumed from step 10, inside the window of low entropy, it fires at the same step: the early

@@ -364,6 +364,7 @@ def test_dynamic_sampling_with_the_other_features(tmp_path, tiny, feature):
         assert any("dynamic_sampling" in line for line in lines)
 
 
+@pytest.mark.slow
 def test_resumed_run_draws_the_refills_an_uninterrupted_one_draws(tmp_path, tiny):
     from gspo_recipes.builtin.tiny import build_tiny_model_and_tokenizer
 

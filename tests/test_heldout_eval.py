@@ -172,6 +172,7 @@ def test_reward_hacking_warning_fires_on_a_gamed_reward_and_not_on_an_honest_one
         assert warnings == []
 
 
+@pytest.mark.slow
 def test_resume_keeps_each_evaluation_once_and_the_judges_window(tmp_path):
     full, _ = run(tmp_path / "full", has_digit, [has_digit], steps=4, eval_steps=2, save_strategy="steps",
                   save_steps=2)  # fmt: skip

@@ -419,6 +419,7 @@ def scaled_calibrating_trainer(output_dir, max_steps, **overrides):
     )
 
 
+@pytest.mark.slow
 def test_automatic_calibration_of_the_scaled_range_and_resume(tmp_path, caplog):
     import json
     import logging

@@ -304,6 +304,7 @@ def test_default_args_are_gspo(tiny, prompt_dataset, tmp_path, monkeypatch):
     assert isinstance(trainer.args, GSPOConfig) and trainer.args.importance_sampling_level == "sequence"
 
 
+@pytest.mark.slow
 def test_a_finished_run_destroys_its_gloo_group_before_the_interpreter_shuts_down(tmp_path):
     """Left to interpreter finalization, gloo's worker threads abort a process after a good run (SIGABRT, "terminate
     called without an active exception"), and the launcher then kills the other ranks."""
