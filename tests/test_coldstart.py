@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from fractions import Fraction
 
 import pytest
 import torch
@@ -224,7 +225,12 @@ def test_every_shipped_folder_is_a_model_the_code_builds():
 
 
 def test_math_problems_are_right_and_boxed():
-    step = re.compile(r"^\$(?:x = )?(\d+) (\+|-|\\times) (\d+) = (\\boxed\{)?(\d+)\}?\$$")
+    number = r"(\d+|\\frac\{\d+\}\{\d+\})"
+    step = re.compile(rf"^\$(?:x = )?{number} (\+|-|\\times) {number} = (?:\\boxed\{{{number}\}}|{number})\$$")
+
+    def value(text):
+        return Fraction(*map(int, re.findall(r"\d+", text))) if "frac" in text else Fraction(int(text))
+
     problems = synthetic_math.make_math_problems(300, seed=0)
     assert problems == synthetic_math.make_math_problems(300, seed=0) != synthetic_math.make_math_problems(300, 1)
     for problem in problems:
@@ -232,13 +238,16 @@ def test_math_problems_are_right_and_boxed():
         assert final.endswith(f"\\boxed{{{problem['answer']}}}$") and len(work) <= 1
         previous = None
         for line in [*work, final]:
-            x, op, y, _, z = step.match(line).groups()
-            assert int(z) == {"+": int(x) + int(y), "-": int(x) - int(y), "\\times": int(x) * int(y)}[op]
+            x, op, y, boxed, plain = step.match(line).groups()
+            z = boxed or plain
+            assert value(z) == {"+": value(x) + value(y), "-": value(x) - value(y), "\\times": value(x) * value(y)}[op]
+            assert (boxed is not None) == (line == final)  # only the last step is boxed
             if previous is not None:  # the second step builds on the first
                 assert previous in (x, y)
             previous = z
     assert len({p["problem"] for p in problems}) > 200
     assert {len(p["solution"].split("\n")) for p in problems} == {1, 2}
+    assert any("frac" in p["answer"] for p in problems)  # answers in LaTeX, not only integers
 
 
 def test_code_tasks_pass_their_reference_and_ask_for_the_named_function():

@@ -1,8 +1,8 @@
 """MATH-style problems generated offline: `problem`, a worked `solution` ending in `\\boxed{N}`, and the bare `answer`,
 as in MATH and its descendants. For the offline default of recipes/math_gspo.py, its cold-start model and tests.
 
-Each problem is a short arithmetic or one-unknown equation that takes one or two steps, one step per line; the last
-line boxes the result (two thirds of the problems take two steps):
+Each problem is a short arithmetic (integers, or two fractions of one prime denominator) or one-unknown equation that
+takes one or two steps, one step per line; the last line boxes the result (two thirds of the problems take two steps):
 
     Compute $3 \\times 4 + 5$.
     Solution: $3 \\times 4 = 12$
@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import random
 import re
+from fractions import Fraction
 
 PROMPT_SUFFIX = "\nSolution: "
 
 _TIMES = "\\times"
+_FRACTION = re.compile(r"\\frac\{(\d+)\}\{(\d+)\}")
 
 
 def _no_borrow(rng: random.Random, x: int) -> int:
@@ -38,10 +40,13 @@ def _product_with_a_last_digit(rng: random.Random) -> tuple[int, int]:
     return a, b
 
 
-def _one_step(rng: random.Random, kind: str) -> tuple[str, list[str], int]:
-    if kind == "add":
-        a, b = rng.randint(2, 20), rng.randint(2, 9)
-        return f"Compute ${a} + {b}$.", [f"{a} + {b}"], a + b
+def _one_step(rng: random.Random, kind: str) -> tuple[str, list[str], int | Fraction]:
+    if kind == "frac_add":  # a prime denominator and a sum below it: already in lowest terms
+        p = rng.choice([5, 7, 11])
+        a = rng.randint(1, p - 2)
+        b = rng.randint(1, p - 1 - a)
+        expression = f"\\frac{{{a}}}{{{p}}} + \\frac{{{b}}}{{{p}}}"
+        return f"Compute ${expression}$.", [expression], Fraction(a + b, p)
     if kind == "mul":
         a, b = rng.randint(2, 9), rng.randint(2, 9)
         return f"Compute ${a} {_TIMES} {b}$.", [f"{a} {_TIMES} {b}"], a * b
@@ -63,13 +68,20 @@ def _two_step(rng: random.Random, kind: str) -> tuple[str, list[str], int]:
     return f"Solve for $x$: $x - {c} = {a} {_TIMES} {b}$.", [f"{a} {_TIMES} {b}", f"x = {a * b} + {c}"], a * b + c
 
 
-ONE_STEP = ("add", "mul", "solve")
+ONE_STEP = ("frac_add", "mul", "solve")
 TWO_STEP = ("mul_add", "mul_sub", "solve_mul")
 
 
-def _value(expression: str) -> int:
-    """The value of one step's arithmetic (`3 \\times 4`, `x = 12 + 5`)."""
-    return eval(expression.split("=")[-1].replace(_TIMES, "*"))  # our own generated digits and + - * only
+def _value(expression: str) -> int | Fraction:
+    """The value of one step's arithmetic (`3 \\times 4`, `x = 12 + 5`, `\\frac{1}{7} + \\frac{3}{7}`)."""
+    arithmetic = _FRACTION.sub(r"Fraction(\1, \2)", expression.split("=")[-1]).replace(_TIMES, "*")
+    return eval(arithmetic, {"Fraction": Fraction})  # our own generated numbers and + - * only
+
+
+def _latex(value: int | Fraction) -> str:
+    if isinstance(value, Fraction) and value.denominator != 1:
+        return f"\\frac{{{value.numerator}}}{{{value.denominator}}}"
+    return str(value)
 
 
 def make_math_problem(rng: random.Random) -> dict[str, str]:
@@ -79,8 +91,8 @@ def make_math_problem(rng: random.Random) -> dict[str, str]:
     values = [_value(step) for step in steps]
     assert values[-1] == result and all(v >= 0 for v in values), (problem, steps)  # checked before it is trusted
     lines = [f"${step} = {value}$" for step, value in zip(steps[:-1], values)]
-    lines.append(f"${steps[-1]} = \\boxed{{{result}}}$")
-    return {"problem": problem, "solution": "\n".join(lines), "answer": str(result)}
+    lines.append(f"${steps[-1]} = \\boxed{{{_latex(result)}}}$")
+    return {"problem": problem, "solution": "\n".join(lines), "answer": _latex(result)}
 
 
 def make_math_problems(n: int, seed: int = 0) -> list[dict[str, str]]:
