@@ -87,6 +87,8 @@ class ColdStartConfig:
     # RL run's accuracy reward then trains away: the visible learning of the embedded recipe.
     shortcut_rate: float = 0.7
     seed: int = 0
+    # Fine-tune the cold start of this task (a COLDSTART_CONFIGS key) instead of a fresh model: same shape needed.
+    init_from: str | None = None
 
     @property
     def task_spec(self) -> ColdStartTask:
@@ -94,13 +96,16 @@ class ColdStartConfig:
 
 
 # Each offline recipe's model, trained for fewer steps than the GSM8K one (its word templates take longest to learn).
-# Code prompts are the longest (task, test and a fenced function: ~170 characters), so its batches are half as large;
-# its completions are mostly copying (the name, the numbers), which the model gets right more often than arithmetic,
-# so more of its two-step training solutions stop early, to start it in the same reward range.
+# The code model's completions are mostly copying (the function's name and numbers): trained from scratch for 400
+# steps it wrote the right structure with random digits (reward 0), so it fine-tunes the GSM8K model, which already
+# copies numbers from its prompt. Its prompts are the longest (~170 characters), so its batches are half as large;
+# copying is easier than arithmetic, so more of its two-step solutions stop early, to start in the same reward range.
 COLDSTART_CONFIGS: dict[str, ColdStartConfig] = {
     "gsm8k": ColdStartConfig(),
     "math": ColdStartConfig(task="math", steps=500),
-    "code": ColdStartConfig(task="code", steps=400, batch_size=16, shortcut_rate=0.8),
+    "code": ColdStartConfig(
+        task="code", steps=250, batch_size=16, learning_rate=2e-3, warmup_steps=25, shortcut_rate=0.8, init_from="gsm8k"
+    ),
 }
 
 
@@ -165,15 +170,21 @@ def train_coldstart(
     """
     tokenizer = build_tokenizer(model_max_length=config.max_position_embeddings)
     tokenizer.chat_template = chat_template(config.task_spec.prompt_suffix)
-    model = build_model(
-        tokenizer,
-        hidden_size=config.hidden_size,
-        num_layers=config.num_layers,
-        num_heads=config.num_heads,
-        intermediate_size=config.intermediate_size,
-        max_position_embeddings=config.max_position_embeddings,
-        seed=config.seed,
-    )
+    if config.init_from is not None:
+        # Starts from another task's cold start (same shape and tokenizer), which already copies numbers from its
+        # prompt: trained from scratch, a code model spends thousands of steps before it copies a function's name.
+        model, _ = load_or_build_coldstart_model(progress=progress, config=COLDSTART_CONFIGS[config.init_from])
+        torch.manual_seed(config.seed)
+    else:
+        model = build_model(
+            tokenizer,
+            hidden_size=config.hidden_size,
+            num_layers=config.num_layers,
+            num_heads=config.num_heads,
+            intermediate_size=config.intermediate_size,
+            max_position_embeddings=config.max_position_embeddings,
+            seed=config.seed,
+        )
     # Every step sees fresh problems: the stream never repeats, so there is no overfitting to watch for.
     problems = config.task_spec.make_problems(config.steps * config.batch_size, config.seed)
     problems = with_shortcuts(problems, config.shortcut_rate, seed=config.seed + 1, task=config.task)
