@@ -51,7 +51,7 @@ def main() -> None:
     build_seconds = time.perf_counter() - start
 
     problems = config.task_spec.make_problems(args.eval_problems, EVAL_SEED)
-    length = 64 if args.task == "code" else 32  # the offline recipe's max_completion_length
+    length = 32 if args.task == "gsm8k" else 64  # the offline recipe's max_completion_length
     results = {
         "task": args.task,
         "out": str(out),
