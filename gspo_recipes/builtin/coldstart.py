@@ -3,13 +3,13 @@
 The GSPO paper starts RL from a cold-start fine-tuned model, one that already solves some problems. This module
 makes such a model offline for each task of `gspo_recipes.builtin.tasks` (GSM8K word problems, MATH-style problems,
 MBPP-style functions): the character-level tokenizer and Qwen2-style decoder of `gspo_recipes.builtin.tiny` (hidden
-128, 4 layers, 998,528 parameters), trained from scratch with a plain PyTorch loop on fresh generated problems. It
-learns to write the task's worked completion and EOS after `user message + prompt_suffix` (the loss covers the
-completion only); the GSM8K model takes about 3-4 minutes on 2 CPU cores.
+128, 4 layers, 998,528 parameters), trained with a plain PyTorch loop on fresh generated problems, from scratch or
+from another task's model (`init_from`). It learns to write the task's worked completion and EOS after `user message
++ prompt_suffix` (the loss covers the completion only); the GSM8K model takes about 3-4 minutes on 2 CPU cores.
 
 The fine-tuning data has a deliberate flaw, the kind weak SFT data has: a share of the two-step solutions stop after
 their first step (`shortcut_rate`; 70% for GSM8K). The model learns each step well but, sampled at temperature 1.0,
-stops early about that often, so it starts with a reward of roughly 0.3-0.5 under its recipe's own reward, with
+stops early about that often, so it starts with a reward of roughly 0.2-0.55 under its recipe's own reward, with
 groups that disagree. The reward pays only for the finished answer, so GSPO teaches the model to finish the
 calculation: the visible learning of each offline recipe.
 
