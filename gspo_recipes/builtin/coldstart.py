@@ -11,7 +11,7 @@ The fine-tuning data has a deliberate flaw, the kind weak SFT data has: a share 
 their first step (`shortcut_rate`; 70% for GSM8K). The model learns each step well but, sampled at temperature 1.0,
 stops early about that often, so it starts with a reward of roughly 0.2-0.55 under its recipe's own reward, with
 groups that disagree. The reward pays only for the finished answer, so GSPO teaches the model to finish the
-calculation: the visible learning of each offline recipe.
+calculation: the learning each offline recipe is meant to show.
 
 `load_or_build_coldstart_model(config=COLDSTART_CONFIGS[task])` loads the copy shipped in `assets/`, else trains it
 on first use (progress printed) and caches it under `$GSPO_RECIPES_CACHE` (default `~/.cache/gspo_recipes`) in a
