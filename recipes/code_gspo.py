@@ -1,10 +1,12 @@
 """GSPO on programming tasks, scored by running the model's code against the tests in a local sandbox.
 
-    accelerate launch recipes/code_gspo.py                                         # offline default (CPU, a minute)
+    accelerate launch recipes/code_gspo.py                                         # offline default (CPU, minutes)
     accelerate launch recipes/code_gspo.py --config recipes/configs/code_gspo.yaml  # the real recipe (GPUs)
 
 With no arguments (or flags only, which override its values) it reads recipes/configs/code_gspo_offline.yaml: a tiny
-untrained model (`builtin:tiny-untrained`) on generated tasks (`builtin:mbpp-generated`), to exercise the pipeline.
+character-level model the project trains itself on generated tasks (`builtin:coldstart-code`, the "cold start",
+shipped with the package; `scripts/build_coldstart_model.py --task code` reproduces it) and more generated tasks
+(`builtin:mbpp-generated`); GSPO then raises the code_execution reward (tests run in the sandbox) within the run.
 
 Three dataset shapes (chosen with --dataset_format; columns can be renamed with --column_map NEEDED=YOURS):
   mbpp       `text` (the task) and `test_list` (assert statements, each scored on its own)

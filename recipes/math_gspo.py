@@ -1,10 +1,12 @@
-"""GSPO on competition maths (MATH-style data), with math-verify as the judge.
+"""GSPO on competition maths (MATH-style data), graded by math_accuracy's final-answer contract.
 
-    accelerate launch recipes/math_gspo.py                                         # offline default (CPU, seconds)
+    accelerate launch recipes/math_gspo.py                                         # offline default (CPU, minutes)
     accelerate launch recipes/math_gspo.py --config recipes/configs/math_gspo.yaml  # the real recipe (GPUs)
 
 With no arguments (or flags only, which override its values) it reads recipes/configs/math_gspo_offline.yaml: a tiny
-untrained model (`builtin:tiny-untrained`) on generated problems (`builtin:math-generated`), to exercise the pipeline.
+character-level model the project trains itself on generated problems (`builtin:coldstart-math`, the "cold start",
+shipped with the package; `scripts/build_coldstart_model.py --task math` reproduces it) and more generated problems
+(`builtin:math-generated`); GSPO then raises the math_accuracy reward visibly within the run.
 
 Data: a `problem` column and either a worked `solution` (ending in \\boxed{...}, as in MATH) or a bare `answer`.
 Map other column names with `--column_map problem=question answer=final_answer`.

@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from fractions import Fraction
 
 import pytest
 import torch
 
 import gspo_recipes.builtin.coldstart as coldstart
 from gspo_recipes.builtin.coldstart import (
+    COLDSTART_CONFIGS,
     ColdStartConfig,
     encode_for_training,
     load_or_build_coldstart_model,
     train_coldstart,
 )
+from gspo_recipes.builtin.data import synthetic_code, synthetic_math
 from gspo_recipes.builtin.data.synthetic_gsm import (
     PROMPT_SUFFIX,
     extract_final_answer,
@@ -23,6 +26,7 @@ from gspo_recipes.builtin.data.synthetic_gsm import (
     make_gsm_dataset,
     make_gsm_problems,
 )
+from gspo_recipes.builtin.tasks import TASKS
 from gspo_recipes.builtin.tiny import build_model, build_tokenizer
 
 
@@ -132,7 +136,7 @@ def test_short_training_lowers_the_loss_and_is_deterministic():
 def test_cache_is_built_once_and_round_trips(tmp_path, monkeypatch):
     model, tokenizer = load_or_build_coldstart_model(cache_dir=tmp_path, progress=False, config=TINY)
     (cached,) = [p for p in tmp_path.iterdir()]
-    assert cached.name.startswith(f"coldstart-{coldstart.COLDSTART_VERSION}-")  # no staging folder left behind
+    assert cached.name.startswith(f"coldstart-gsm8k-{coldstart.COLDSTART_VERSION}-")  # no staging folder left behind
 
     def no_training(*args, **kwargs):
         raise AssertionError("the cached model should have been loaded, not retrained")
@@ -155,8 +159,9 @@ def test_rebuild_replaces_the_cache_and_leaves_nothing_else(tmp_path):
     assert list(tmp_path.iterdir()) == [cached] and not (cached / "marker").exists()
 
 
-def test_default_model_is_the_documented_size():
-    config = ColdStartConfig()
+@pytest.mark.parametrize("task", list(COLDSTART_CONFIGS))
+def test_each_model_is_the_documented_size(task):
+    config = COLDSTART_CONFIGS[task]
     tokenizer = build_tokenizer()
     model = build_model(
         tokenizer, config.hidden_size, config.num_layers, config.num_heads, config.intermediate_size,
@@ -175,6 +180,8 @@ def test_chat_prompts_render_as_the_trained_plain_prompt():
 def test_a_changed_config_gets_its_own_cache_folder():
     assert coldstart.coldstart_dir("/c", TINY) != coldstart.coldstart_dir("/c", ColdStartConfig())
     assert coldstart.coldstart_dir("/c") == coldstart.coldstart_dir("/c", ColdStartConfig())
+    folders = {coldstart.coldstart_dir("/c", config).name for config in COLDSTART_CONFIGS.values()}
+    assert {name.split("-")[1] for name in folders} == set(COLDSTART_CONFIGS)  # one folder per task, named after it
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
@@ -185,13 +192,102 @@ def test_accuracy_check_runs_on_an_untrained_model(temperature):
     assert coldstart.evaluate_accuracy(model, tokenizer, problems, temperature, max_new_tokens=4) == 0.0
 
 
-def test_shipped_model_is_the_one_the_code_builds_and_loads_without_training(tmp_path):
-    """The copy in gspo_recipes/builtin/assets must match ColdStartConfig and COLDSTART_VERSION; after changing either,
-    rebuild it: python scripts/build_coldstart_model.py --out gspo_recipes/builtin/assets/<the new folder name>."""
+@pytest.mark.parametrize("task", list(COLDSTART_CONFIGS))
+def test_shipped_model_is_the_one_the_code_builds_and_loads_without_training(tmp_path, task):
+    """Each copy in gspo_recipes/builtin/assets must match its task's COLDSTART_CONFIGS entry and COLDSTART_VERSION;
+    after changing either, rebuild it: python scripts/build_coldstart_model.py --task TASK --out
+    gspo_recipes/builtin/assets/$(python scripts/build_coldstart_model.py --task TASK --print-name)."""
+    import json
+
     from gspo_recipes.builtin.coldstart import SHIPPED_DIR, coldstart_dir, load_or_build_coldstart_model
 
-    expected = coldstart_dir(tmp_path).name
+    config = COLDSTART_CONFIGS[task]
+    expected = coldstart_dir(tmp_path, config).name
     assert (SHIPPED_DIR / expected / "model.safetensors").exists(), f"no shipped model named {expected}"
-    model, tokenizer = load_or_build_coldstart_model(cache_dir=tmp_path, progress=False)
+    recorded = json.loads((SHIPPED_DIR / expected / "coldstart.json").read_text())
+    assert recorded["config"] == dataclasses.asdict(config) and recorded["version"] == coldstart.COLDSTART_VERSION
+    model, tokenizer = load_or_build_coldstart_model(cache_dir=tmp_path, progress=False, config=config)
     assert model.config._name_or_path == str(SHIPPED_DIR / expected)
+    assert tokenizer.chat_template == coldstart.chat_template(TASKS[task].prompt_suffix)
     assert not any(tmp_path.iterdir()), "nothing was trained into the cache"
+
+
+def test_every_shipped_folder_is_a_model_the_code_builds():
+    """No stale copy left behind after a rebuild (each is 3.9 MB in the wheel)."""
+    from gspo_recipes.builtin.coldstart import SHIPPED_DIR, coldstart_dir
+
+    expected = {coldstart_dir("/c", config).name for config in COLDSTART_CONFIGS.values()}
+    assert {path.name for path in SHIPPED_DIR.iterdir() if path.is_dir()} == expected
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The MATH-style and MBPP-style tasks: each is made like the GSM8K one (one or two steps, a flaw that stops early)
+
+
+def test_math_problems_are_right_and_boxed():
+    number = r"(\d+|\\frac\{\d+\}\{\d+\})"
+    step = re.compile(rf"^\$(?:x = )?{number} (\+|-|\\times) {number} = (?:\\boxed\{{{number}\}}|{number})\$$")
+
+    def value(text):
+        return Fraction(*map(int, re.findall(r"\d+", text))) if "frac" in text else Fraction(int(text))
+
+    problems = synthetic_math.make_math_problems(300, seed=0)
+    assert problems == synthetic_math.make_math_problems(300, seed=0) != synthetic_math.make_math_problems(300, 1)
+    for problem in problems:
+        *work, final = problem["solution"].split("\n")
+        assert final.endswith(f"\\boxed{{{problem['answer']}}}$") and len(work) <= 1
+        previous = None
+        for line in [*work, final]:
+            x, op, y, boxed, plain = step.match(line).groups()
+            z = boxed or plain
+            assert value(z) == {"+": value(x) + value(y), "-": value(x) - value(y), "\\times": value(x) * value(y)}[op]
+            assert (boxed is not None) == (line == final)  # only the last step is boxed
+            if previous is not None:  # the second step builds on the first
+                assert previous in (x, y)
+            previous = z
+    assert len({p["problem"] for p in problems}) > 200
+    assert {len(p["solution"].split("\n")) for p in problems} == {1, 2}
+    assert any("frac" in p["answer"] for p in problems)  # answers in LaTeX, not only integers
+
+
+def test_code_tasks_pass_their_reference_and_ask_for_the_named_function():
+    tasks = synthetic_code.make_code_tasks(200, seed=0)
+    assert tasks == synthetic_code.make_code_tasks(200, seed=0) != synthetic_code.make_code_tasks(200, seed=1)
+    for task in tasks:
+        namespace: dict = {}
+        exec(task["code"], namespace)
+        for test in task["test_list"]:
+            exec(test, namespace)  # raises when the reference fails its own test
+        assert f"{task['entry_point']}(x)" in task["text"] and task["code"].startswith(f"def {task['entry_point']}(")
+    assert {task["shortcut"] is None for task in tasks} == {True, False}  # one-step and two-step tasks
+
+
+@pytest.mark.parametrize("task", ["gsm8k", "math", "code"])
+def test_the_early_stop_scores_0_and_the_finished_solution_1_under_the_recipe_reward(task):
+    """The flaw the cold start learns is one the recipe's own reward sees: the whole point of its RL run."""
+    spec = TASKS[task]
+    problems = spec.make_problems(40, 3)
+    stopped = [(problem, spec.stop_early(problem)) for problem in problems]
+    two_step = [(problem, early) for problem, early in stopped if early is not None]
+    assert 0 < len(two_step) < len(problems)  # one-step problems have no early stop
+    assert spec.reward([spec.completion(p) for p in problems], problems) == [1.0] * len(problems)
+    early = [spec.completion(early) for _, early in two_step]
+    assert spec.reward(early, [problem for problem, _ in two_step]) == [0.0] * len(two_step)
+    assert all(spec.prompt(early) == spec.prompt(problem) for problem, early in two_step)  # same question
+
+
+@pytest.mark.parametrize("task", ["math", "code"])
+def test_shortcuts_follow_the_task(task):
+    problems = TASKS[task].make_problems(100, 0)
+    cut = coldstart.with_shortcuts(problems, 1.0, seed=1, task=task)
+    assert cut == [TASKS[task].stop_early(p) or p for p in problems] and cut != problems
+    assert coldstart.with_shortcuts(problems, 0.0, seed=1, task=task) == problems
+
+
+@pytest.mark.parametrize("task", ["math", "code"])
+def test_a_short_training_run_lowers_the_loss_on_each_task(task):
+    _, tokenizer, losses = train_coldstart(dataclasses.replace(TINY, task=task), progress=False)
+    assert sum(losses[-5:]) / 5 < sum(losses[:5]) / 5 - 0.5
+    batch = encode_for_training(TASKS[task].make_problems(2, 0), tokenizer, task=task)
+    labelled = batch["labels"][0][batch["labels"][0] != -100].tolist()
+    assert tokenizer.decode(labelled[:-1]) == TASKS[task].completion(TASKS[task].make_problems(2, 0)[0])

@@ -302,6 +302,31 @@ def test_builtin_names_resolve_through_the_recipe_loaders(monkeypatch):
     assert sum(p.numel() for p in model.parameters()) == 998_528 and tokenizer.chat_template == CHAT_TEMPLATE
 
 
+@pytest.mark.parametrize("recipe, task", [("math_gspo.py", "math"), ("code_gspo.py", "code")])
+def test_math_and_code_prompts_are_the_plain_prompts_their_cold_start_was_trained_on(recipe, task, monkeypatch):
+    """The offline default of each recipe names its own cold-start model, and the recipe's chat messages (system
+    prompt, task text as the recipe writes it) render token for token as the prompt that model was trained on."""
+    from gspo_recipes.builtin import load_model
+    from gspo_recipes.builtin.tasks import TASKS
+    from gspo_recipes.recipe import as_prompt
+
+    monkeypatch.setenv("GSPO_RECIPES_CACHE", "/nonexistent")  # the copy shipped with the package
+    script_args, _, model_args = parse_recipe(recipe, [], monkeypatch)
+    assert model_args.model_name_or_path == f"builtin:coldstart-{task}" and script_args.use_chat_template
+    _, tokenizer = load_model(model_args.model_name_or_path)
+    module = load_recipe(recipe)
+    problems = TASKS[task].make_problems(8, 5)
+    # The user message exactly as the recipe builds it from a dataset row.
+    texts = [module.FORMATS["mbpp"][1](p) if task == "code" else p["problem"] for p in problems]
+    chat = tokenizer.apply_chat_template(
+        [as_prompt(text, module.SYSTEM_PROMPT, chat=True) for text in texts],
+        add_generation_prompt=True,
+        tokenize=True,
+        return_dict=True,
+    )["input_ids"]
+    assert chat == tokenizer(text=[TASKS[task].prompt(p) for p in problems])["input_ids"]
+
+
 def test_unknown_builtin_name_lists_the_known_ones():
     from gspo_recipes.recipe import RecipeArguments, load_train_dataset
 
@@ -377,3 +402,38 @@ def test_embedded_default_learns_with_a_healthy_trust_region(tmp_path):
         rewards = [entry["reward"] for entry in json.load(f)["log_history"] if "reward" in entry]
     fifth = len(rewards) // 5
     assert sum(rewards[-fifth:]) / fifth - sum(rewards[:fifth]) / fifth >= 0.15
+
+
+def rewards_and_warnings(recipe, tmp_path):
+    """Run `recipe` with no arguments but the output folder: (its logged batch rewards, whether a health warning
+    fired)."""
+    out = tmp_path / "out"
+    result = run(
+        [os.path.join(RECIPES, recipe), "--output_dir", str(out)],
+        cwd=tmp_path,
+        cache=str(tmp_path / "empty-cache"),  # the model shipped with the package, as a newcomer gets it
+        timeout=1800,
+    )
+    with open(out / "trainer_state.json") as f:
+        rewards = [entry["reward"] for entry in json.load(f)["log_history"] if "reward" in entry]
+    return rewards, "GSPO health:" in result.stdout + result.stderr
+
+
+MATH_DOES_NOT_LEARN_YET = pytest.mark.xfail(
+    strict=True,  # passing means it learns now: drop the mark
+    reason="measured: math_accuracy rose 0.19 -> 0.22 over 120 steps; the cold start's arithmetic is too weak",
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("recipe", [pytest.param("math_gspo.py", marks=MATH_DOES_NOT_LEARN_YET), "code_gspo.py"])
+def test_math_and_code_offline_defaults_learn_with_no_health_warning(recipe, tmp_path):
+    """`accelerate launch recipes/math_gspo.py` (or code_gspo.py) as shipped, graded by the recipe's real reward
+    (math_accuracy's contract, code_execution in the sandbox): the batch reward of the last fifth of the run is
+    visibly above the first fifth's, and no health warning fires."""
+    rewards, warned = rewards_and_warnings(recipe, tmp_path)
+    assert not warned
+    fifth = len(rewards) // 5
+    first, last = sum(rewards[:fifth]) / fifth, sum(rewards[-fifth:]) / fifth
+    assert 0.1 <= first <= 0.6, f"the cold start should solve some but not most: {first:.2f}"
+    assert last - first >= 0.15, (first, last)

@@ -20,14 +20,17 @@ class Builtin:
     load: Callable  # models: () -> (model, tokenizer); datasets: (seed) -> datasets.Dataset
 
 
-def _coldstart_gsm8k():
-    from accelerate import PartialState
+def _coldstart(task: str) -> Callable:
+    def load():
+        from accelerate import PartialState
 
-    from gspo_recipes.builtin.coldstart import load_or_build_coldstart_model
+        from gspo_recipes.builtin.coldstart import COLDSTART_CONFIGS, load_or_build_coldstart_model
 
-    # One process builds it if no copy matches the code (the shipped one normally does); the others wait and load it.
-    with PartialState().main_process_first():
-        return load_or_build_coldstart_model()
+        # One process builds it if no copy matches the code (the shipped one normally does); the others wait and load.
+        with PartialState().main_process_first():
+            return load_or_build_coldstart_model(config=COLDSTART_CONFIGS[task])
+
+    return load
 
 
 def _tiny_untrained():
@@ -48,7 +51,8 @@ def _math_generated(seed: int):
 
     from gspo_recipes.builtin.data.synthetic_math import make_math_problems
 
-    return Dataset.from_list(make_math_problems(256, seed=seed))
+    # Seeded apart from the cold start's training problems (seed 0), as for GSM8K.
+    return Dataset.from_list(make_math_problems(1024, seed=10_000 + seed))
 
 
 def _mbpp_generated(seed: int):
@@ -56,19 +60,27 @@ def _mbpp_generated(seed: int):
 
     from gspo_recipes.builtin.data.synthetic_code import make_code_tasks
 
-    return Dataset.from_list(make_code_tasks(128, seed=seed))
+    # The cold start's training solutions that stop early are not a column a reward should ever see.
+    tasks = [{k: v for k, v in task.items() if k != "shortcut"} for task in make_code_tasks(512, seed=10_000 + seed)]
+    return Dataset.from_list(tasks)
 
 
 MODELS: dict[str, Builtin] = {
     "coldstart-gsm8k": Builtin(
-        "the cold-start tiny model, fine-tuned on generated GSM8K-format problems (CPU, offline)", _coldstart_gsm8k
+        "the cold-start tiny model, fine-tuned on generated GSM8K-format problems (CPU, offline)", _coldstart("gsm8k")
+    ),
+    "coldstart-math": Builtin(
+        "the cold-start tiny model, fine-tuned on generated MATH-style problems (CPU, offline)", _coldstart("math")
+    ),
+    "coldstart-code": Builtin(
+        "the cold-start tiny model, fine-tuned on generated MBPP-style tasks (CPU, offline)", _coldstart("code")
     ),
     "tiny-untrained": Builtin("a tiny untrained model (CPU, offline)", _tiny_untrained),
 }
 DATASETS: dict[str, Builtin] = {
     "gsm8k-generated": Builtin("2,048 generated GSM8K-format problems", _gsm8k_generated),
-    "math-generated": Builtin("256 generated MATH-style problems", _math_generated),
-    "mbpp-generated": Builtin("128 generated MBPP-style tasks", _mbpp_generated),
+    "math-generated": Builtin("1,024 generated MATH-style problems", _math_generated),
+    "mbpp-generated": Builtin("512 generated MBPP-style tasks", _mbpp_generated),
 }
 
 

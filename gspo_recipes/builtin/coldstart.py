@@ -1,21 +1,23 @@
-"""The cold-start model of the embedded default recipe: a tiny LM fine-tuned to answer grade-school word problems.
+"""Cold-start models for the offline recipes: tiny LMs fine-tuned to solve one generated task each, a share of the time.
 
 The GSPO paper starts RL from a cold-start fine-tuned model, one that already solves some problems. This module
-makes such a model offline, in about 3-4 minutes on 2 CPU cores: the character-level tokenizer and Qwen2-style
-decoder of `gspo_recipes.builtin.tiny` (hidden 128, 4 layers, 998,528 parameters), trained from scratch with a plain
-PyTorch loop for 800 steps of 32 fresh problems from `gspo_recipes.builtin.data.synthetic_gsm`. It learns to write
-`<calculation lines>\n#### N` and EOS after `question + PROMPT_SUFFIX` (the loss covers that completion only).
+makes such a model offline for each task of `gspo_recipes.builtin.tasks` (GSM8K word problems, MATH-style problems,
+MBPP-style functions): the character-level tokenizer and Qwen2-style decoder of `gspo_recipes.builtin.tiny` (hidden
+128, 4 layers, 998,528 parameters), trained with a plain PyTorch loop on fresh generated problems, from scratch or
+from another task's model (`init_from`). It learns to write the task's worked completion and EOS after `user message
++ prompt_suffix` (the loss covers the completion only); the GSM8K model takes about 3-4 minutes on 2 CPU cores.
 
-The fine-tuning data has a deliberate flaw, the kind weak SFT data has: 70% of the two-step solutions stop after
-their first step (`shortcut_rate`). The model learns each step's arithmetic well but, sampled at temperature 1.0,
-stops early on about 70% of two-step problems; it answers about 45% of held-out problems right (greedy decoding
-always stops early, so it scores lower). GSPO's accuracy reward then teaches it to finish the calculation, which
-lifts the batch reward towards 80% within a few dozen steps: the visible learning of the embedded recipe.
+The fine-tuning data has a deliberate flaw, the kind weak SFT data has: a share of the two-step solutions stop after
+their first step (`shortcut_rate`; 70% for GSM8K). The model learns each step well but, sampled at temperature 1.0,
+stops early about that often, so it starts with a reward of roughly 0.2-0.55 under its recipe's own reward, with
+groups that disagree. The reward pays only for the finished answer, so GSPO teaches the model to finish the
+calculation: the learning each offline recipe is meant to show.
 
-`load_or_build_coldstart_model()` trains it on first use (progress printed) and caches it under
-`$GSPO_RECIPES_CACHE` (default `~/.cache/gspo_recipes`) in a folder named after `COLDSTART_VERSION` and a hash of
-the `ColdStartConfig`; later calls load it in well under a second. `scripts/build_coldstart_model.py` rebuilds it from
-scratch. Training is deterministic for a given seed, CPU type and thread count.
+`load_or_build_coldstart_model(config=COLDSTART_CONFIGS[task])` loads the copy shipped in `assets/`, else trains it
+on first use (progress printed) and caches it under `$GSPO_RECIPES_CACHE` (default `~/.cache/gspo_recipes`) in a
+folder named after the task, `COLDSTART_VERSION` and a hash of the `ColdStartConfig`; later calls load it in well
+under a second. `scripts/build_coldstart_model.py --task TASK` rebuilds one from scratch. Training is deterministic
+for a given seed, CPU type and thread count.
 """
 
 from __future__ import annotations
@@ -35,24 +37,30 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
 
-from gspo_recipes.builtin.data.synthetic_gsm import PROMPT_SUFFIX, format_prompt, is_correct, make_gsm_problems
+from gspo_recipes.builtin.tasks import TASKS, ColdStartTask
 from gspo_recipes.builtin.tiny import build_model, build_tokenizer
 
 # Bump whenever the data, the model shape or the training changes: the cache folder is named after it, so an
 # incompatible change rebuilds the model instead of loading a stale one.
 COLDSTART_VERSION = "v1"
 
-# The saved tokenizer's chat template renders a conversation as the plain prompt the model was trained on (the user
-# turns, then PROMPT_SUFFIX; system turns are dropped), so a recipe that passes chat messages holding the bare
-# question samples from the same distribution as one that passes `format_prompt(question)` as plain text.
-CHAT_TEMPLATE = (
-    "{% for message in messages %}{% if message['role'] == 'user' %}{{ message['content'] }}{% endif %}{% endfor %}"
-    # the suffix goes in as a string literal: a raw newline right after a block tag would be trimmed
-    "{% if add_generation_prompt %}{{ " + json.dumps(PROMPT_SUFFIX) + " }}{% endif %}"
-)
 
-# The default model ships with the package (3.9 MB), so the embedded recipe starts training at once; it is exactly
-# what `scripts/build_coldstart_model.py` builds from this code.
+def chat_template(prompt_suffix: str) -> str:
+    """A chat template that renders a conversation as the plain prompt the model was trained on: the user turns, then
+    `prompt_suffix` (system turns are dropped). So a recipe that passes chat messages holding the bare user message
+    samples from the same distribution as one that passes `task.prompt(problem)` as plain text."""
+    return (
+        "{% for message in messages %}{% if message['role'] == 'user' %}{{ message['content'] }}{% endif %}"
+        "{% endfor %}"
+        # the suffix goes in as a string literal: a raw newline right after a block tag would be trimmed
+        "{% if add_generation_prompt %}{{ " + json.dumps(prompt_suffix) + " }}{% endif %}"
+    )
+
+
+CHAT_TEMPLATE = chat_template(TASKS["gsm8k"].prompt_suffix)  # the GSM8K model's
+
+# The models ship with the package (3.9 MB each), so the offline recipes start training at once; each is exactly
+# what `scripts/build_coldstart_model.py --task TASK` builds from this code.
 SHIPPED_DIR = Path(__file__).parent / "assets"
 
 EVAL_SEED = 1_000_003  # held-out problems for accuracy checks; training draws from `ColdStartConfig.seed`
@@ -60,8 +68,10 @@ EVAL_SEED = 1_000_003  # held-out problems for accuracy checks; training draws f
 
 @dataclass(frozen=True)
 class ColdStartConfig:
-    """What the cold-start model is and how it is trained. The defaults make the cached model."""
+    """What a cold-start model is and how it is trained. The defaults make the GSM8K model; `COLDSTART_CONFIGS` holds
+    each task's."""
 
+    task: str = "gsm8k"  # a key of gspo_recipes.builtin.tasks.TASKS
     hidden_size: int = 128
     num_layers: int = 4
     num_heads: int = 4
@@ -77,6 +87,26 @@ class ColdStartConfig:
     # RL run's accuracy reward then trains away: the visible learning of the embedded recipe.
     shortcut_rate: float = 0.7
     seed: int = 0
+    # Fine-tune the cold start of this task (a COLDSTART_CONFIGS key) instead of a fresh model: same shape needed.
+    init_from: str | None = None
+
+    @property
+    def task_spec(self) -> ColdStartTask:
+        return TASKS[self.task]
+
+
+# The code model fine-tunes the GSM8K one, which already copies numbers from its prompt: from scratch, 400 steps left
+# it writing the right structure with random digits (reward 0). The math model is trained from scratch for 500 steps
+# (sampled reward 0.18); its arithmetic is still weak, so finishing pays little and GSPO lifts it only slightly (a
+# GSM8K-initialised fine-tune of 250 steps did worse: 0.08). The code prompts are the longest (~170 characters), so
+# its batches are half as large; copying is easier than arithmetic, so more of its two-step solutions stop early.
+COLDSTART_CONFIGS: dict[str, ColdStartConfig] = {
+    "gsm8k": ColdStartConfig(),
+    "math": ColdStartConfig(task="math", steps=500),
+    "code": ColdStartConfig(
+        task="code", steps=250, batch_size=16, learning_rate=2e-3, warmup_steps=25, shortcut_rate=0.8, init_from="gsm8k"
+    ),
+}
 
 
 def default_cache_dir() -> Path:
@@ -84,27 +114,30 @@ def default_cache_dir() -> Path:
 
 
 def coldstart_dir(cache_dir: str | os.PathLike | None = None, config: ColdStartConfig = ColdStartConfig()) -> Path:
-    """Where the cached model and tokenizer live: the folder name carries the version and a hash of the config."""
+    """Where the cached model and tokenizer live: the folder name carries the task, the version and a hash of the
+    config."""
     config_hash = hashlib.sha256(json.dumps(asdict(config), sort_keys=True).encode()).hexdigest()[:8]
-    return Path(cache_dir or default_cache_dir()) / f"coldstart-{COLDSTART_VERSION}-{config_hash}"
+    return Path(cache_dir or default_cache_dir()) / f"coldstart-{config.task}-{COLDSTART_VERSION}-{config_hash}"
 
 
-def with_shortcuts(problems: list[dict], rate: float, seed: int) -> list[dict]:
-    """Copies of `problems` where, at `rate`, a two-step solution stops after its first step."""
+def with_shortcuts(problems: list[dict], rate: float, seed: int, task: str = "gsm8k") -> list[dict]:
+    """Copies of `problems` where, at `rate`, a two-step solution stops after its first step (the task's
+    `stop_early`)."""
     rng = random.Random(seed)
     shortcut = []
     for problem in problems:
-        first, *rest = problem["answer"].split("\n")
-        if len(rest) == 2 and rng.random() < rate:  # two calculation lines, then `#### N`
-            problem = {**problem, "answer": f"{first}\n#### {first.split('=')[-1]}"}
+        stopped = TASKS[task].stop_early(problem)
+        if stopped is not None and rng.random() < rate:
+            problem = stopped
         shortcut.append(problem)
     return shortcut
 
 
-def encode_for_training(problems: list[dict], tokenizer) -> dict[str, torch.Tensor]:
-    """Right-padded `prompt + answer + EOS` ids, with labels on the answer and EOS only (-100 elsewhere)."""
-    prompts = tokenizer([format_prompt(p["question"]) for p in problems], add_special_tokens=False)["input_ids"]
-    answers = tokenizer([p["answer"] for p in problems], add_special_tokens=False)["input_ids"]
+def encode_for_training(problems: list[dict], tokenizer, task: str = "gsm8k") -> dict[str, torch.Tensor]:
+    """Right-padded `prompt + completion + EOS` ids, with labels on the completion and EOS only (-100 elsewhere)."""
+    spec = TASKS[task]
+    prompts = tokenizer([spec.prompt(p) for p in problems], add_special_tokens=False)["input_ids"]
+    answers = tokenizer([spec.completion(p) for p in problems], add_special_tokens=False)["input_ids"]
     sequences = [p + a + [tokenizer.eos_token_id] for p, a in zip(prompts, answers)]
     length = max(len(s) for s in sequences)
     input_ids = torch.full((len(sequences), length), tokenizer.pad_token_id)
@@ -136,19 +169,25 @@ def train_coldstart(
     it must leave the model in training mode).
     """
     tokenizer = build_tokenizer(model_max_length=config.max_position_embeddings)
-    tokenizer.chat_template = CHAT_TEMPLATE
-    model = build_model(
-        tokenizer,
-        hidden_size=config.hidden_size,
-        num_layers=config.num_layers,
-        num_heads=config.num_heads,
-        intermediate_size=config.intermediate_size,
-        max_position_embeddings=config.max_position_embeddings,
-        seed=config.seed,
-    )
+    tokenizer.chat_template = chat_template(config.task_spec.prompt_suffix)
+    if config.init_from is not None:
+        # Starts from another task's cold start (same shape and tokenizer), which already copies numbers from its
+        # prompt: trained from scratch, a code model spends thousands of steps before it copies a function's name.
+        model, _ = load_or_build_coldstart_model(progress=progress, config=COLDSTART_CONFIGS[config.init_from])
+        torch.manual_seed(config.seed)
+    else:
+        model = build_model(
+            tokenizer,
+            hidden_size=config.hidden_size,
+            num_layers=config.num_layers,
+            num_heads=config.num_heads,
+            intermediate_size=config.intermediate_size,
+            max_position_embeddings=config.max_position_embeddings,
+            seed=config.seed,
+        )
     # Every step sees fresh problems: the stream never repeats, so there is no overfitting to watch for.
-    problems = make_gsm_problems(config.steps * config.batch_size, seed=config.seed)
-    problems = with_shortcuts(problems, config.shortcut_rate, seed=config.seed + 1)
+    problems = config.task_spec.make_problems(config.steps * config.batch_size, config.seed)
+    problems = with_shortcuts(problems, config.shortcut_rate, seed=config.seed + 1, task=config.task)
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=config.learning_rate, betas=(0.9, 0.95), weight_decay=config.weight_decay
     )
@@ -157,7 +196,8 @@ def train_coldstart(
     start = time.perf_counter()
     report_every = max(1, config.steps // 20)
     for step in range(config.steps):
-        batch = encode_for_training(problems[step * config.batch_size : (step + 1) * config.batch_size], tokenizer)
+        chunk = problems[step * config.batch_size : (step + 1) * config.batch_size]
+        batch = encode_for_training(chunk, tokenizer, task=config.task)
         for group in optimizer.param_groups:
             group["lr"] = _learning_rate(step, config)
         loss = model(**batch).loss
@@ -189,29 +229,34 @@ def evaluate_accuracy(
     max_new_tokens: int = 32,
     batch_size: int = 128,
     seed: int = 0,
+    task: str = "gsm8k",
 ) -> float:
-    """Fraction of `problems` (default: 512 held-out ones) whose completion ends in the right `#### N`.
+    """Mean reward of one completion per problem (default: 512 held-out ones), under the task's recipe reward.
 
-    One completion each: `temperature=0` decodes greedily, otherwise it samples as GRPO does (no top-k, no top-p).
+    `temperature=0` decodes greedily, otherwise it samples as GRPO does (no top-k, no top-p).
     """
-    problems = problems if problems is not None else make_gsm_problems(512, seed=EVAL_SEED)
+    spec = TASKS[task]
+    problems = problems if problems is not None else spec.make_problems(512, EVAL_SEED)
     torch.manual_seed(seed)
     model.eval()
     if temperature:
         sampling = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0}
     else:
         sampling = {"do_sample": False}
-    correct = 0
+    total = 0.0
     for start in range(0, len(problems), batch_size):
         chunk = problems[start : start + batch_size]
-        inputs = tokenizer([format_prompt(p["question"]) for p in chunk], return_tensors="pt", padding=True)
+        inputs = tokenizer([spec.prompt(p) for p in chunk], return_tensors="pt", padding=True)
         output = model.generate(
             **inputs, max_new_tokens=max_new_tokens, **sampling,
             pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
         )  # fmt: skip
         completions = tokenizer.batch_decode(output[:, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
-        correct += sum(is_correct(c, p["answer"]) for c, p in zip(completions, chunk))
-    return correct / len(problems)
+        scores = spec.reward(completions, chunk)
+        if any(score is None for score in scores):
+            raise RuntimeError(f"the {task} reward could not judge every completion (no sandbox?)")
+        total += sum(scores)
+    return total / len(problems)
 
 
 def save_atomically(model, tokenizer, target: Path, extra: dict | None = None, replace: bool = False) -> None:
@@ -259,8 +304,8 @@ def build_coldstart_model(
     start = time.perf_counter()
     if progress:
         print(
-            f"[coldstart] training the cold-start model into {out_dir}: {config.steps} steps, about 3 minutes on "
-            "2 CPU cores. This happens once; later runs load it.",
+            f"[coldstart] training the {config.task} cold-start model into {out_dir}: {config.steps} steps, a few "
+            "minutes on 2 CPU cores. This happens once; later runs load it.",
             flush=True,
         )
     model, tokenizer, losses = train_coldstart(config, progress=progress)
