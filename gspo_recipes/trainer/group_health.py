@@ -38,7 +38,9 @@ class GroupHealth:
         self.warning = LowSignalWarning(dynamic_sampling=bool(getattr(args, "dynamic_sampling", False)))
         self.warning.emit = trainer.accelerator.is_main_process  # judged on rewards gathered from every process
         self.signal: torch.Tensor | None = None  # signal rewards of the last scored batch, all processes, in order
-        if self.index is None and not getattr(args, "dynamic_sampling", False):  # dynamic sampling refuses instead
+        # Dynamic sampling refuses instead; like every warning, this one is given once, by the main process.
+        no_signal = self.index is None and not getattr(args, "dynamic_sampling", False)
+        if no_signal and trainer.accelerator.is_main_process:
             logger.warning("gspo/groups/* are off: %s", no_signal_reward(self.names))
 
     @property
