@@ -119,6 +119,33 @@ def _system_dir_binds() -> list[str]:
     return binds
 
 
+# bwrap's --dev, less what no program needs: the usual device nodes, bound from the host, and the /dev/fd links.
+DEVICE_NODES = ("null", "zero", "full", "random", "urandom", "tty")
+_DEVICE_LINKS = {"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1",
+                 "stderr": "/proc/self/fd/2"}  # fmt: skip
+
+
+def system_root_plan() -> list[list[str]]:
+    """The read-only part of bwrap's root for `confine.build_root`: /usr, /etc, the system directories, the device
+    nodes, and mount points for /proc, /tmp and /dev/shm (mounted fresh for every attempt)."""
+    plan = [["ro", "/usr", "/usr"], ["ro", "/etc", "/etc"]]
+    binds = _system_dir_binds()
+    for kind, source, target in zip(binds[::3], binds[1::3], binds[2::3]):  # ["--symlink"|"--ro-bind", src, dst]*
+        plan.append(["symlink" if kind == "--symlink" else "ro", source, target])
+    plan += [["dev", f"/dev/{name}", f"/dev/{name}"] for name in DEVICE_NODES]
+    plan += [["symlink", source, f"/dev/{name}"] for name, source in _DEVICE_LINKS.items()]
+    return plan + [["dir", "", path] for path in ("/proc", "/tmp", "/dev/shm")]
+
+
+def program_root_plan() -> list[list[str]] | None:
+    """bwrap's root for the warm zygote (`zygote.py`): `system_root_plan` and the interpreter's directories, read-only.
+    None when the interpreter lives under /tmp, which each attempt's own /tmp would hide."""
+    mounts = _python_mounts()
+    if any(root == "/tmp" or root.startswith("/tmp/") for root in mounts):
+        return None
+    return system_root_plan() + [["ro", root, root] for root in mounts]
+
+
 def _python_binds() -> list[str]:
     # The interpreter's directories, read-only, with their parents created first (bwrap cannot bind into a path
     # that does not exist on the empty root). /tmp and /usr are already there.

@@ -25,10 +25,8 @@ writable to the tests), and the reward warns once.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
-import resource
 import selectors
 import shutil
 import signal
@@ -39,8 +37,8 @@ import time
 import warnings
 from pathlib import Path
 
-from . import judge, sandbox, worker
-from .isolation import SANDBOX_UID_BASE, SANDBOX_UIDS, _python_mounts, _system_dir_binds, is_root, sandbox_env
+from . import confine, judge, sandbox, worker
+from .isolation import SANDBOX_UID_BASE, SANDBOX_UIDS, _python_mounts, is_root, sandbox_env, system_root_plan
 
 OVERRAN = "the judge overran its deadline and was killed"
 JUDGE_UID_BASE = SANDBOX_UID_BASE - SANDBOX_UIDS  # 58976-59999: beside the programs' uids, never one of them
@@ -48,15 +46,10 @@ JUDGE_WORKDIR = "/tmp/judge"
 JUDGE_TMPFS_MB = 64
 JUDGE_PROCESSES = 64
 MAX_WORKER_STARTS = 64  # per attempt: restarts after crashes; the judge cannot ask for more than this
-_CLONE_NEWNS, _CLONE_NEWUTS, _CLONE_NEWIPC, _CLONE_NEWPID, _CLONE_NEWNET = (
-    0x20000, 0x04000000, 0x08000000, 0x20000000, 0x40000000
-)  # fmt: skip
-_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = (
-    1, 2, 4, 8, 32, 4096, 16384, 1 << 18
-)  # fmt: skip
 _PACKAGE_DIR = str(Path(__file__).resolve().parents[2])  # gspo_recipes: the judge imports its own modules lazily
-_DEVICES = ("null", "zero", "full", "random", "urandom")
-_libc = ctypes.CDLL(None, use_errno=True)
+_NAMESPACES = (
+    confine.CLONE_NEWNS | confine.CLONE_NEWPID | confine.CLONE_NEWNET | confine.CLONE_NEWIPC | confine.CLONE_NEWUTS
+)
 
 
 def row_deadline_s(payload: dict) -> float:
@@ -220,11 +213,10 @@ def _child(job: dict, root: str, uid: int, sock_fd: int, result_write: int, pare
     status = 1
     try:
         os.setpgid(0, 0)
-        _check(_libc.prctl(1, signal.SIGKILL, 0, 0, 0), "pdeathsig")  # PR_SET_PDEATHSIG: dies with the pool process
-        if os.getppid() != parent:  # it died before that took effect
+        if not confine.die_with_parent() or os.getppid() != parent:  # the pool process died before that took effect
             return
-        _keep_only(sock_fd, result_write)
-        _check(_libc.unshare(_CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWNET | _CLONE_NEWIPC | _CLONE_NEWUTS), "unshare")
+        confine.keep_only(sock_fd, result_write)
+        confine.unshare(_NAMESPACES)
         inner = os.fork()  # the first process of the new PID namespace: it can mount a /proc of its own
         if inner == 0:
             _judge_confined(job, root, uid, sock_fd, result_write)
@@ -252,40 +244,13 @@ def _judge_confined(job: dict, root: str, uid: int, sock_fd: int, result_write: 
     os._exit(0)
 
 
-def _keep_only(*fds: int) -> None:
-    """Close every inherited descriptor (the pool's pipes to the trainer among them) except stdio and `fds`; stdin
-    becomes /dev/null."""
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
-    os.close(null)
-    keep = sorted({0, 1, 2, *fds})
-    for low, high in zip(keep, [*keep[1:], resource.getrlimit(resource.RLIMIT_NOFILE)[0]]):
-        os.closerange(low + 1, high)
-
-
 def _build_root(root: str, uid: int) -> None:
     """The private filesystem (see the module docstring), then chroot into it."""
-    _mount(None, "/", None, _MS_REC | _MS_PRIVATE)  # nothing mounted here propagates back to the host
-    _mount("tmpfs", root, "tmpfs", _MS_NOSUID | _MS_NODEV, f"size={JUDGE_TMPFS_MB}m,mode=0755")
+    plan = system_root_plan() + [["ro", path, path] for path in read_only_roots()]
+    confine.build_root(root, plan, JUDGE_TMPFS_MB)
     top = Path(root)
-    args = _system_dir_binds()
-    for kind, source, target in zip(args[::3], args[1::3], args[2::3]):  # ["--symlink"|"--ro-bind", src, dst]*
-        if kind == "--symlink":
-            os.symlink(source, top / target.lstrip("/"))
-        else:
-            _bind_read_only(source, top / target.lstrip("/"))
-    for path in ("/usr", "/etc", *read_only_roots()):
-        if os.path.isdir(path) and not (top / path.lstrip("/")).exists():
-            _bind_read_only(path, top / path.lstrip("/"))
-    (top / "dev").mkdir()
-    for name in _DEVICES:
-        if os.path.exists(f"/dev/{name}"):
-            (top / "dev" / name).touch()
-            _mount(f"/dev/{name}", str(top / "dev" / name), None, _MS_BIND)
-    (top / "proc").mkdir()
-    _mount("proc", str(top / "proc"), "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
-    (top / "tmp").mkdir(exist_ok=True)  # there already when an interpreter lives under /tmp (bound above)
-    os.chmod(top / "tmp", 0o1777)
+    confine.mount("proc", str(top / "proc"), "proc", confine.MS_NOSUID | confine.MS_NODEV | confine.MS_NOEXEC)
+    os.chmod(top / "tmp", 0o1777)  # on the root's own tmpfs: the judge's writes stay inside its size cap
     (top / JUDGE_WORKDIR.lstrip("/")).mkdir(mode=0o700)
     os.chown(top / JUDGE_WORKDIR.lstrip("/"), uid, uid)
     os.chroot(root)
@@ -302,43 +267,10 @@ def read_only_roots() -> list[str]:
     return [root for root in roots if not any(root.startswith(other + "/") for other in roots)]
 
 
-def _bind_read_only(source: str, target: Path) -> None:
-    if os.path.isdir(source):
-        target.mkdir(parents=True, exist_ok=True)
-    else:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.touch()
-    _mount(source, str(target), None, _MS_BIND | _MS_REC)
-    flags = _MS_BIND | _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV
-    _mount(None, str(target), None, flags)
-
-
 def _drop_to(uid: int) -> None:
-    """Become `uid` for good: no groups, no capabilities (bounding set emptied), no new privileges, and killed when
-    the process that started it dies."""
-    for capability in range(64):
-        if _libc.prctl(24, capability, 0, 0, 0) != 0:  # PR_CAPBSET_DROP; EINVAL past the last capability
-            break
-    resource.setrlimit(resource.RLIMIT_NPROC, (JUDGE_PROCESSES, JUDGE_PROCESSES))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    os.setgroups([])
-    os.setresgid(uid, uid, uid)
-    os.setresuid(uid, uid, uid)
-    _check(_libc.prctl(38, 1, 0, 0, 0), "no_new_privs")  # PR_SET_NO_NEW_PRIVS
-    _check(_libc.prctl(1, signal.SIGKILL, 0, 0, 0), "pdeathsig")  # PR_SET_PDEATHSIG (cleared by the uid change)
+    confine.drop_to(uid, JUDGE_PROCESSES)
     os.environ.clear()
     os.environ.update(sandbox_env(JUDGE_WORKDIR), USER="judge", LOGNAME="judge")  # getpass: the uid has no name
-
-
-def _mount(source, target, fstype, flags, data=None) -> None:
-    encode = lambda text: None if text is None else text.encode()  # noqa: E731
-    _check(_libc.mount(encode(source), encode(target), encode(fstype), flags, encode(data)), f"mount {target}")
-
-
-def _check(result: int, what: str) -> None:
-    if result != 0:
-        number = ctypes.get_errno()
-        raise OSError(number, f"{what}: {os.strerror(number)}")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -365,8 +297,8 @@ def _try_confinement() -> bool:
         if child == 0:
             status = 1
             try:
-                _keep_only()
-                _check(_libc.unshare(_CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWNET), "unshare")
+                confine.keep_only()
+                confine.unshare(confine.CLONE_NEWNS | confine.CLONE_NEWPID | confine.CLONE_NEWNET)
                 inner = os.fork()
                 if inner == 0:
                     try:

@@ -1,0 +1,131 @@
+"""Confinement by hand: the namespace, mount and privilege calls bubblewrap makes, made from Python with ctypes.
+
+Two users: the confined judge (`judge_sandbox.py`, imported) and the warm program zygote (`zygote.py`), which runs
+inside the harness interpreter; so, like `wire.py` and `syscall_filter.py`, this module uses only the standard
+library, has no `from __future__` import, and is prepended to the harness source (see `sandbox.py`).
+
+A root is built from a plan: a list of `[kind, source, target]` steps, `kind` one of "ro" (bind `source` read-only
+at `target`), "symlink" (`target` -> `source`), "dev" (bind the host's device node `source`), "dir" (an empty
+directory: a mount point for later). `isolation.program_root_plan()` and `judge_sandbox` make the plans.
+"""
+
+CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWPID, CLONE_NEWNET = (
+    0x20000, 0x04000000, 0x08000000, 0x20000000, 0x40000000
+)  # fmt: skip
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = (
+    1, 2, 4, 8, 32, 4096, 16384, 1 << 18
+)  # fmt: skip
+_PR_SET_PDEATHSIG, _PR_CAPBSET_DROP, _PR_SET_NO_NEW_PRIVS = 1, 24, 38
+
+
+def _libc():
+    import ctypes
+
+    global _LIBC
+    try:
+        return _LIBC
+    except NameError:
+        _LIBC = ctypes.CDLL(None, use_errno=True)
+        return _LIBC
+
+
+def check(result, what):
+    """Raise OSError (with errno) when a libc call returned non-zero."""
+    if result != 0:
+        import ctypes
+        import os
+
+        number = ctypes.get_errno()
+        raise OSError(number, f"{what}: {os.strerror(number)}")
+
+
+def unshare(flags):
+    check(_libc().unshare(flags), "unshare")
+
+
+def mount(source, target, fstype, flags, data=None):
+    encode = lambda text: None if text is None else str(text).encode()  # noqa: E731
+    check(_libc().mount(encode(source), encode(target), encode(fstype), flags, encode(data)), f"mount {target}")
+
+
+def mount_tmpfs(target, size_mb, mode="1777"):
+    mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size_mb}m,mode={mode}")
+
+
+def bind_read_only(source, target):
+    """Bind `source` (a file or directory) at `target`, creating the mount point, then make it read-only."""
+    import os
+
+    if os.path.isdir(source):
+        os.makedirs(target, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        open(target, "a").close()
+    mount(source, target, None, MS_BIND | MS_REC)
+    mount(None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
+def build_root(root, plan, tmpfs_mb):
+    """A fresh tmpfs at `root` holding what `plan` names (see the module docstring); nothing mounted here propagates
+    back to the host. The caller chroots into it."""
+    import os
+
+    mount(None, "/", None, MS_REC | MS_PRIVATE)
+    mount_tmpfs(root, tmpfs_mb, mode="0755")
+    for kind, source, target in plan:
+        path = root + "/" + target.lstrip("/")
+        if os.path.lexists(path) and kind != "dev":
+            continue  # already there (an interpreter under /tmp is bound before /tmp is made, say)
+        if kind == "symlink":
+            os.symlink(source, path)
+        elif kind == "ro":
+            bind_read_only(source, path)
+        elif kind == "dir":
+            os.makedirs(path, exist_ok=True)
+        elif kind == "dev" and os.path.exists(source):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            open(path, "a").close()
+            mount(source, path, None, MS_BIND)
+
+
+def die_with_parent():
+    """SIGKILL when the thread that started this process dies. Returns False when the parent is already gone."""
+    import os
+    import signal
+
+    parent = os.getppid()
+    check(_libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "pdeathsig")
+    return os.getppid() == parent
+
+
+def drop_to(uid, processes):
+    """Become `uid` for good: no groups, no capabilities (the bounding set emptied), no new privileges, at most
+    `processes` processes, no core files, killed when the process that started it dies."""
+    import os
+    import resource
+    import signal
+
+    libc = _libc()
+    for capability in range(64):
+        if libc.prctl(_PR_CAPBSET_DROP, capability, 0, 0, 0) != 0:  # EINVAL past the last capability
+            break
+    resource.setrlimit(resource.RLIMIT_NPROC, (processes, processes))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+    check(libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+    check(libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "pdeathsig")  # the uid change cleared it
+
+
+def keep_only(*fds):
+    """Close every inherited descriptor except stdio and `fds`; stdin becomes /dev/null."""
+    import os
+    import resource
+
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    keep = sorted({0, 1, 2, *fds})
+    for low, high in zip(keep, [*keep[1:], resource.getrlimit(resource.RLIMIT_NOFILE)[0]]):
+        os.closerange(low + 1, high)
