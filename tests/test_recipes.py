@@ -419,14 +419,8 @@ def rewards_and_warnings(recipe, tmp_path):
     return rewards, "GSPO health:" in result.stdout + result.stderr
 
 
-MATH_DOES_NOT_LEARN_YET = pytest.mark.xfail(
-    strict=True,  # passing means it learns now: drop the mark
-    reason="measured: math_accuracy rose 0.19 -> 0.22 over 120 steps; the cold start's arithmetic is too weak",
-)
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("recipe", [pytest.param("math_gspo.py", marks=MATH_DOES_NOT_LEARN_YET), "code_gspo.py"])
+@pytest.mark.parametrize("recipe", ["math_gspo.py", "code_gspo.py"])
 def test_math_and_code_offline_defaults_learn_with_no_health_warning(recipe, tmp_path):
     """`accelerate launch recipes/math_gspo.py` (or code_gspo.py) as shipped, graded by the recipe's real reward
     (math_accuracy's contract, code_execution in the sandbox): the batch reward of the last fifth of the run is

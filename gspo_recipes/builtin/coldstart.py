@@ -96,13 +96,13 @@ class ColdStartConfig:
 
 
 # The code model fine-tunes the GSM8K one, which already copies numbers from its prompt: from scratch, 400 steps left
-# it writing the right structure with random digits (reward 0). The math model is trained from scratch for 500 steps
-# (sampled reward 0.18); its arithmetic is still weak, so finishing pays little and GSPO lifts it only slightly (a
-# GSM8K-initialised fine-tune of 250 steps did worse: 0.08). The code prompts are the longest (~170 characters), so
+# it writing the right structure with random digits (reward 0). The math model is trained from scratch for 1,500
+# steps (sampled reward 0.46): at 500 (0.18) its arithmetic was too weak for finishing to pay, and GSPO barely lifted
+# it (a GSM8K-initialised fine-tune of 250 steps did worse: 0.08). The code prompts are the longest (~170 characters), so
 # its batches are half as large; copying is easier than arithmetic, so more of its two-step solutions stop early.
 COLDSTART_CONFIGS: dict[str, ColdStartConfig] = {
     "gsm8k": ColdStartConfig(),
-    "math": ColdStartConfig(task="math", steps=500),
+    "math": ColdStartConfig(task="math", steps=1500),
     "code": ColdStartConfig(
         task="code", steps=250, batch_size=16, learning_rate=2e-3, warmup_steps=25, shortcut_rate=0.8, init_from="gsm8k"
     ),
