@@ -205,7 +205,9 @@ class _Alarm(BaseException):
 
 def test_an_alarm_during_close_leaks_no_descriptor_and_still_arrives(monkeypatch):
     """A slow-dying worker: the judge's per-test alarm fires while `close()` waits for it. Every pipe and the
-    selector are closed anyway, and the alarm is raised once `close` returns."""
+    selector are closed anyway, and the alarm is raised once `close` returns. (A sandbox per attempt; the warm
+    path's twin is in test_warm_workers.py.)"""
+    monkeypatch.setenv("GSPO_SANDBOX_WARM", "0")
     backend = sandbox.resolve_backend()
     before = _open_fds()
     slow_exit = worker._exits_within
@@ -243,7 +245,9 @@ def test_a_pool_process_that_leaks_descriptors_is_replaced():
 
 def test_a_judge_out_of_descriptors_scores_zero_not_none(monkeypatch):
     """Starting the program's worker fails with EMFILE (the judge's own shortage): the completion scores 0 with the
-    reason in the report, never the None that means "no sandbox on this machine"."""
+    reason in the report, never the None that means "no sandbox on this machine". (A sandbox per attempt; the
+    warm path's twin is in test_warm_workers.py.)"""
+    monkeypatch.setenv("GSPO_SANDBOX_WARM", "0")
 
     def exhausted(*args, **kwargs):
         raise OSError(errno.EMFILE, "Too many open files")

@@ -83,6 +83,9 @@ class DeadlinePool:
     """`workers` subprocesses that run `module:function` tasks, each under its own deadline."""
 
     def __init__(self, workers: int | None = None, preload: Sequence[str] = ()):
+        """`preload`: modules every worker imports before its first task, or "module:function" entries it also
+        calls once then (what they open, a long-lived helper process's socket say, is the worker's own, not a
+        task's leak)."""
         self.size = workers or len(os.sched_getaffinity(0))
         self.preload = tuple(preload)
         self._lock = threading.Lock()
@@ -259,8 +262,11 @@ def _worker_main(parent_pid: int, preload: Sequence[str]) -> None:
     commands = Connection(os.dup(0), writable=False)
     replies = Connection(os.dup(1), readable=False)
     os.dup2(2, 1)  # stray prints from libraries must not corrupt the reply pipe
-    for module in preload:
-        importlib.import_module(module)
+    for entry in preload:  # "module", imported; or "module:function", imported and called once, before any task
+        module, _, function = entry.partition(":")
+        loaded = importlib.import_module(module)
+        if function:
+            getattr(loaded, function)()
     functions: dict[str, Callable] = {}
     descriptors = _open_descriptors()
     replies.send(("ready",))

@@ -9,6 +9,11 @@ at `target`), "symlink" (`target` -> `source`), "dev" (bind the host's device no
 directory: a mount point for later). `isolation.program_root_plan()` and `judge_sandbox` make the plans.
 """
 
+import ctypes
+
+# Loaded once, here: making it costs milliseconds, and every attempt's process would otherwise pay them again.
+_LIBC = ctypes.CDLL(None, use_errno=True)
+
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWPID, CLONE_NEWNET = (
     0x20000, 0x04000000, 0x08000000, 0x20000000, 0x40000000
 )  # fmt: skip
@@ -19,20 +24,12 @@ _PR_SET_PDEATHSIG, _PR_CAPBSET_DROP, _PR_SET_NO_NEW_PRIVS = 1, 24, 38
 
 
 def _libc():
-    import ctypes
-
-    global _LIBC
-    try:
-        return _LIBC
-    except NameError:
-        _LIBC = ctypes.CDLL(None, use_errno=True)
-        return _LIBC
+    return _LIBC
 
 
 def check(result, what):
     """Raise OSError (with errno) when a libc call returned non-zero."""
     if result != 0:
-        import ctypes
         import os
 
         number = ctypes.get_errno()

@@ -18,7 +18,9 @@ tests inspect classes the program defines (see `reward.py`), and the reward says
 """
 
 
-def _run_harness():
+def _run_harness(job_fd=None, serve_fds=None):
+    """Read the job from `job_fd` (default: the descriptor named by `sys.argv[1]`) and run its mode; serve mode talks
+    on `serve_fds` (requests, replies; default: `sys.argv[2:4]`). The warm zygote passes both (`zygote.py`)."""
     # Everything the harness needs after the model code starts is bound here, as locals, and handed to the mode's
     # function as arguments: rebinding `os._exit`, `sys.exit` or a module global from the program has no effect on
     # them.
@@ -34,7 +36,7 @@ def _run_harness():
     real_timer = signal.ITIMER_REAL
     base_exception = BaseException
 
-    with open(int(sys.argv[1]), "rb") as job_file:
+    with open(int(sys.argv[1]) if job_fd is None else job_fd, "rb") as job_file:
         job = json.loads(job_file.read())
 
     sys.path.extend(job.get("sys_path", []))  # started with -S: the environment's packages, without its .pth files
@@ -48,7 +50,8 @@ def _run_harness():
 
     mode = job["mode"]
     if mode == "serve":
-        _serve(job, exit_now, set_timer, real_timer, base_exception)
+        fds = (int(sys.argv[2]), int(sys.argv[3])) if serve_fds is None else serve_fds
+        _serve(job, fds, exit_now, set_timer, real_timer, base_exception)
     try:
         program = compile(job["program"], "solution.py", "exec")
     except base_exception:
@@ -119,18 +122,18 @@ def _run_tests(job, program, builtins, exit_now, set_timer, real_timer, base_exc
     exit_now(nonce + passed)
 
 
-def _serve(job, exit_now, set_timer, real_timer, base_exception):
-    """serve mode: load the program, then answer one request per line until the judge closes the pipe."""
+def _serve(job, fds, exit_now, set_timer, real_timer, base_exception):
+    """serve mode: load the program, then answer one request per line (read from `fds[0]`, answered on `fds[1]`)
+    until the judge closes the pipe."""
     import os
-    import sys
 
     # The codec is wire.py, which sandbox.py puts in front of this source. Its names are bound before the program
     # loads, as `_run_harness` binds its own, so that a program rebinding the module's globals does not reach them.
     # (The worker is untrusted either way: the judge decodes every reply with its own codec.)
     codec = globals()
     dumps, loads, max_message = codec["dumps"], codec["loads"], codec["MAX_MESSAGE_BYTES"]
-    requests = os.fdopen(int(sys.argv[2]), "rb")
-    reply_fd = int(sys.argv[3])
+    requests = os.fdopen(fds[0], "rb")
+    reply_fd = fds[1]
     write = os.write
 
     def reply(message):
@@ -293,4 +296,8 @@ def _call(request, target, decode, as_data):
 
 
 if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:2] == ["zygote"]:  # the warm zygote (`zygote.py`, in front of this source only in that case)
+        globals()["_zygote"](int(sys.argv[2]))
     _run_harness()

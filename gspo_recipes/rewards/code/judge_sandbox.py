@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import selectors
 import shutil
 import signal
 import socket
@@ -37,15 +36,14 @@ import time
 import warnings
 from pathlib import Path
 
-from . import confine, judge, sandbox, worker
+from . import confine, judge, sandbox, warm, worker
 from .isolation import SANDBOX_UID_BASE, SANDBOX_UIDS, _python_mounts, is_root, sandbox_env, system_root_plan
+from .judge_broker import Broker, BrokerClient
 
-OVERRAN = "the judge overran its deadline and was killed"
 JUDGE_UID_BASE = SANDBOX_UID_BASE - SANDBOX_UIDS  # 58976-59999: beside the programs' uids, never one of them
 JUDGE_WORKDIR = "/tmp/judge"
 JUDGE_TMPFS_MB = 64
 JUDGE_PROCESSES = 64
-MAX_WORKER_STARTS = 64  # per attempt: restarts after crashes; the judge cannot ask for more than this
 _PACKAGE_DIR = str(Path(__file__).resolve().parents[2])  # gspo_recipes: the judge imports its own modules lazily
 _NAMESPACES = (
     confine.CLONE_NEWNS | confine.CLONE_NEWPID | confine.CLONE_NEWNET | confine.CLONE_NEWIPC | confine.CLONE_NEWUTS
@@ -55,6 +53,15 @@ _NAMESPACES = (
 def row_deadline_s(payload: dict) -> float:
     """How long one attempt's judge may run in all: its row's wall budget, with room for start-up and teardown."""
     return payload["limits"]["wall_s"] * 1.5 + 3.0
+
+
+def start_warm_workers() -> None:
+    """Run once in each judging pool process before its first attempt: the warm zygote of the backend attempts will
+    use (`warm.py`), so that it is the process's own from the start."""
+    try:
+        warm.zygote_for(sandbox.resolve_backend())
+    except sandbox.SandboxUnavailable:
+        pass  # every attempt reports it
 
 
 def judge_isolated(job: dict):
@@ -82,7 +89,7 @@ def judge_isolated(job: dict):
         with contextlib.suppress(OSError):
             os.setpgid(child, child)  # also done in the child: whichever runs first
         stack.callback(_reap, child)
-        return _Broker(job, broker_end, result_read).serve(deadline)
+        return Broker(job, broker_end, result_read).serve(deadline)
 
 
 def _reap(child: int) -> None:
@@ -90,117 +97,6 @@ def _reap(child: int) -> None:
         os.killpg(child, signal.SIGKILL)
     with contextlib.suppress(ChildProcessError):
         os.waitpid(child, 0)
-
-
-class _Broker:
-    """The unconfined side of one attempt: starts and ends the program's workers when the judge asks, and collects
-    the verdict. Every worker it started is ended before `serve` returns."""
-
-    def __init__(self, job: dict, sock: socket.socket, result_read: int):
-        self.job, self.sock, self.result_read = job, sock, result_read
-        self.workers: dict[int, worker.WorkerProcess] = {}
-        self.starts = 0
-        self.result = bytearray()
-
-    def serve(self, deadline: float):
-        with selectors.DefaultSelector() as selector, contextlib.ExitStack() as workers:
-            workers.callback(self._end_all)
-            selector.register(self.sock, selectors.EVENT_READ)
-            selector.register(self.result_read, selectors.EVENT_READ)
-            while True:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return OVERRAN
-                for key, _ in selector.select(remaining):
-                    if key.fileobj is self.sock:
-                        if not self._answer():
-                            selector.unregister(self.sock)
-                    else:
-                        chunk = os.read(self.result_read, 1 << 16)
-                        if not chunk:  # the judge has exited: its verdict is complete, or there is none
-                            return self._verdict()
-                        self.result += chunk
-
-    def _verdict(self):
-        try:
-            verdict = json.loads(self.result)
-        except ValueError:
-            raise RuntimeError("the confined judge exited without a verdict") from None
-        return tuple(verdict) if isinstance(verdict, list) else verdict
-
-    def _answer(self) -> bool:
-        """Serve one request from the judge; False once it has hung up."""
-        try:
-            data = self.sock.recv(4096)
-            request = json.loads(data) if data else None
-        except (OSError, ValueError):
-            return False
-        if not isinstance(request, list) or not request:
-            return False
-        if request[0] == "start":
-            self._start()
-        elif request[0] == "end" and len(request) == 2:
-            process = self.workers.pop(request[1], None)
-            if process is not None:
-                process.end()
-            self._send(["ended"])
-        return True
-
-    def _start(self) -> None:
-        if self.starts >= MAX_WORKER_STARTS:
-            return self._send(["failed", 0, "too many workers for one attempt"])
-        self.starts += 1
-        job = self.job
-        try:
-            process = worker.WorkerProcess(job["backend"], job["program"], job["per_test_s"],
-                                           sandbox.Limits(**job["limits"]))  # fmt: skip
-        except OSError as error:
-            return self._send(["failed", error.errno or 0, str(error)[:200]])
-        self.workers[self.starts] = process
-        fds = process.hand_over()
-        try:
-            socket.send_fds(self.sock, [json.dumps(["started", self.starts]).encode()], list(fds))
-        except OSError:
-            pass  # the judge is gone; the worker is ended with the others
-        finally:
-            for fd in fds:
-                os.close(fd)
-
-    def _send(self, message: list) -> None:
-        with contextlib.suppress(OSError):
-            self.sock.send(json.dumps(message).encode())
-
-    def _end_all(self) -> None:
-        with contextlib.ExitStack() as steps:
-            for process in self.workers.values():
-                steps.callback(process.end)
-            self.workers = {}
-
-
-class _BrokerClient:
-    """The judge's way to start workers (installed as `worker.broker` in the confined process)."""
-
-    def __init__(self, sock: socket.socket):
-        self.sock = sock
-        sock.settimeout(60.0)  # the broker answers at once; this only bounds a broker that died
-
-    def __call__(self, backend, program, per_test_s, limits):
-        # The broker starts the attempt's own program with its own limits: the judge chooses nothing but when.
-        self.sock.send(b'["start"]')
-        message, fds, _, _ = socket.recv_fds(self.sock, 4096, 2)
-        reply = json.loads(message) if message else ["failed", 0, "the broker is gone"]
-        if reply[0] != "started" or len(fds) != 2:
-            for fd in fds:
-                os.close(fd)
-            raise OSError(reply[1] if len(reply) > 1 else 0, reply[2] if len(reply) > 2 else "no worker")
-        worker_id = reply[1]
-
-        def end() -> None:
-            with contextlib.suppress(OSError):
-                self.sock.send(json.dumps(["end", worker_id]).encode())
-                self.sock.recv(4096)
-
-        return fds[0], fds[1], end
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -231,7 +127,7 @@ def _judge_confined(job: dict, root: str, uid: int, sock_fd: int, result_write: 
     try:
         _build_root(root, uid)
         _drop_to(uid)
-        worker.broker = _BrokerClient(socket.socket(fileno=sock_fd))
+        worker.broker = BrokerClient(socket.socket(fileno=sock_fd))
         verdict = judge.judge_tests(job)
         data = json.dumps(verdict, default=str).encode()
     except BaseException as error:  # noqa: BLE001 (no verdict: the broker turns an empty reply into the row's 0)

@@ -41,7 +41,8 @@ from typing import Any
 from ..pool import PoolUnavailable, get_pool
 from ..text import column, completion_text
 from .hacking import record_scan
-from .judge_sandbox import OVERRAN, row_deadline_s
+from .judge_broker import OVERRAN
+from .judge_sandbox import row_deadline_s
 from .plan import Job, Unjudgeable, dataset_helpers, extract_code, plan_row
 from .sandbox import Limits, SandboxUnavailable, resolve_backend, run_harness
 
@@ -228,7 +229,7 @@ def _judge_in_pool(jobs: list[Job], backend: str) -> list[tuple | None]:
     # row has its own: a stall beside a long row is cut at its own row's deadline, not the longest one's.
     deadlines = [row_deadline_s(job.payload) + 2.0 for job in jobs]  # the confined judge's own, then teardown
     try:
-        pool = get_pool(_JUDGE_POOL, preload=["gspo_recipes.rewards.code.judge_sandbox"])
+        pool = get_pool(_JUDGE_POOL, preload=["gspo_recipes.rewards.code.judge_sandbox:start_warm_workers"])
         verdicts = pool.map("gspo_recipes.rewards.code.judge_sandbox:judge_isolated", items, deadline_s=deadlines,
                             on_timeout=_OVERRAN, on_error=_BROKE)  # fmt: skip
     except PoolUnavailable:

@@ -21,7 +21,7 @@ import selectors
 import signal
 import time
 
-from . import sandbox
+from . import sandbox, warm
 from .attempt_limits import AttemptGuard, Watchdog, orphan_uid
 from .isolation import uid_slot
 from .wire import MAX_MESSAGE_BYTES, NotPlainData, dumps, loads
@@ -55,9 +55,7 @@ class WorkerProcess:
                 child_ends.callback(os.close, request_read)
                 self.replies, reply_write = os.pipe()
                 child_ends.callback(os.close, reply_write)
-                self.process, job_write, self._cleanup = sandbox._spawn(
-                    backend, uid, limits, (request_read, reply_write), False, False, False
-                )
+                self.process, job_write, self._cleanup = _spawn(backend, uid, limits, request_read, reply_write)
             # The attempt's limits, before the job is written (no model code has run yet); its reader is the judge,
             # so a thread checks them.
             self._guard = AttemptGuard.for_launch(self.process.pid, limits, orphan_uid(backend, uid))
@@ -105,6 +103,22 @@ class WorkerProcess:
                 steps.callback(watchdog.stop)  # first: no kill from its thread once the process is being reaped
 
 
+def _spawn(backend: str, uid: int, limits: sandbox.Limits, request_read: int, reply_write: int):
+    """(process, write end of its job pipe, cleanup): forked from this process's warm zygote where there is one
+    (`warm.py`), else a sandbox started for this attempt alone."""
+    zygote = warm.zygote_for(backend)
+    if zygote is not None:
+        job_read, job_write = os.pipe()
+        try:
+            fds = (job_read, request_read, reply_write)
+            return zygote.start_attempt(uid, limits.tmpfs_mb, limits.processes, fds), job_write, lambda: None
+        except warm.ZygoteFailed:
+            os.close(job_write)  # this attempt starts cold; the next one gets a new zygote
+        finally:
+            os.close(job_read)
+    return sandbox._spawn(backend, uid, limits, (request_read, reply_write), False, False, False)
+
+
 def _killer(pid: int, guard: AttemptGuard):
     """What the watchdog does from its thread: SIGKILL to every process of the attempt and the launched process's
     group, without reaping (the owner reaps in `end`, after stopping the watchdog: the group id stays reserved)."""
@@ -118,6 +132,9 @@ def _killer(pid: int, guard: AttemptGuard):
 
 
 def _end_process(process, namespaced: bool) -> None:
+    if isinstance(process, warm.WarmProcess):
+        process.end()
+        return
     # Not reaped yet: the group's id stays reserved for the kill that follows (see sandbox._supervise).
     sandbox._kill_group(process, namespaced, exited=_exits_within(process.pid, 0.05))
     process.wait()

@@ -1,0 +1,213 @@
+"""Warm workers: every attempt's sandboxed program forked from a zygote that never ran model code (`zygote.py`).
+
+Starting an interpreter and a bubblewrap sandbox is almost all of an attempt's cost; the tests run in microseconds.
+So each process that judges (a reward pool process) starts one zygote, as root: the harness interpreter with its
+code compiled, in a read-only root built from bwrap's own plan. Each attempt is a fork of it that enters fresh
+mount, PID, IPC and UTS namespaces, mounts its own /proc, /tmp and /dev/shm, and drops to the attempt's uid:
+bwrap's confinement, made per attempt without starting a process from disk. Everything else about an attempt is
+unchanged (`worker.py`): the same limits, watchdog, pipes and harness; the program gets its job straight from
+this process, never through the zygote.
+
+The warm path is the `bwrap` backend's where this process is root and the kernel allows the namespaces (tried once,
+by starting a zygote); elsewhere, or with `GSPO_SANDBOX_WARM=0`, attempts start a sandbox each as before, and the
+reward says so once. A zygote that dies is replaced at the next attempt.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import warnings
+
+from .isolation import WORKDIR_IN_BWRAP, is_root, program_root_plan, sandbox_env
+
+_START_TIMEOUT_S = 60.0
+_ATTEMPT_START_TIMEOUT_S = 30.0
+_ROOT_TMPFS_MB = 8  # the zygote's root holds only mount points and symlinks
+
+
+class ZygoteFailed(OSError):
+    """The zygote could not start, or could not start an attempt."""
+
+
+class WarmProcess:
+    """One attempt's processes, as `subprocess.Popen` would stand for them: `pid` is A's (the attempt's root, in a
+    process group of its own: see `zygote.py`). `end()` kills B (the attempt's PID namespace dies with it) and
+    waits until A has exited, which it does only once the whole namespace is gone."""
+
+    def __init__(self, pid_a: int, pid_b: int, pidfd_a: int, pidfd_b: int):
+        self.pid, self.inner_pid = pid_a, pid_b
+        self._pidfd_a, self._pidfd_b = pidfd_a, pidfd_b
+        self.returncode: int | None = None
+
+    def end(self) -> None:
+        try:
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(self._pidfd_b, signal.SIGKILL)
+            if not _readable(self._pidfd_a, 2.0):  # A waits for B; a loaded machine can take a moment
+                with contextlib.suppress(ProcessLookupError):
+                    signal.pidfd_send_signal(self._pidfd_a, signal.SIGKILL)
+                _readable(self._pidfd_a, 5.0)
+        finally:
+            self.returncode = -signal.SIGKILL
+            os.close(self._pidfd_b)
+            os.close(self._pidfd_a)
+
+
+def _readable(fd: int, timeout_s: float) -> bool:
+    import select
+
+    return bool(select.select([fd], [], [], timeout_s)[0])
+
+
+class Zygote:
+    """One zygote process (`zygote.py`) and the socket to it; `Zygote.program()` starts the program zygote.
+    `start_attempt` is safe from any thread (one at a time)."""
+
+    def __init__(self, pid: int, sock: socket.socket, root: str, workdir: str):
+        self.pid, self.sock, self.root, self.workdir = pid, sock, root, workdir
+        self._pidfd = os.pidfd_open(pid)
+        self._lock = threading.Lock()
+
+    @classmethod
+    def program(cls) -> Zygote:
+        """The harness interpreter as the program zygote, in bwrap's root."""
+        from .sandbox import SITE_DIRS, ZYGOTE_SOURCE
+
+        plan = program_root_plan()
+        if plan is None:
+            raise ZygoteFailed(0, "the interpreter lives under /tmp, which every attempt's own /tmp would hide")
+        root = tempfile.mkdtemp(prefix="gspo-zygote-root-")  # stays empty on the host
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            with theirs:
+                process = subprocess.Popen(
+                    [sys.executable, "-I", "-S", "-B", "-c", ZYGOTE_SOURCE, "zygote", str(theirs.fileno())],
+                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                    cwd="/", env=sandbox_env(WORKDIR_IN_BWRAP), start_new_session=True, pass_fds=(theirs.fileno(),),
+                )  # fmt: skip
+        except BaseException:
+            ours.close()
+            os.rmdir(root)
+            raise
+        zygote = cls(process.pid, ours, root, WORKDIR_IN_BWRAP)
+        zygote._popen = process  # reaped by `close`
+        config = {"root": root, "plan": plan, "sys_path": SITE_DIRS, "tmpfs_mb": _ROOT_TMPFS_MB}
+        try:
+            ours.settimeout(_START_TIMEOUT_S)
+            ours.send(json.dumps(config).encode())
+            zygote.expect_ready()
+        except BaseException:
+            zygote.close()
+            raise
+        return zygote
+
+    def expect_ready(self) -> None:
+        try:
+            reply = json.loads(self.sock.recv(4096) or b'["failed", 0, "the zygote exited while starting"]')
+        except (OSError, ValueError) as error:
+            raise ZygoteFailed(0, f"the zygote did not start: {error}") from None
+        if reply[0] != "ready":
+            raise ZygoteFailed(reply[1], f"the zygote could not start: {reply[2]}")
+
+    @property
+    def alive(self) -> bool:
+        return not _readable(self._pidfd, 0)
+
+    def start_attempt(self, uid: int, tmpfs_mb: int, processes: int, fds: tuple[int, int, int]) -> WarmProcess:
+        """Fork an attempt that runs as `uid` with its own `tmpfs_mb` MB /tmp and at most `processes` processes, and
+        hands the payload `fds` (the caller keeps and closes its own copies)."""
+        request = {"uid": uid, "tmpfs_mb": tmpfs_mb, "processes": processes, "workdir": self.workdir}
+        with self._lock:
+            try:
+                self.sock.settimeout(_ATTEMPT_START_TIMEOUT_S)
+                socket.send_fds(self.sock, [json.dumps(request).encode()], list(fds))
+                message, pidfds, _, _ = socket.recv_fds(self.sock, 4096, 2)
+            except OSError as error:
+                self.close()  # out of step, or gone: the next attempt gets a new zygote
+                raise ZygoteFailed(error.errno or 0, f"the zygote is gone: {error}") from None
+        reply = json.loads(message) if message else ["failed", 0, "the zygote is gone"]
+        if reply[0] != "started" or len(pidfds) != 2:
+            for fd in pidfds:
+                os.close(fd)
+            if not message:
+                self.close()
+            raise ZygoteFailed(reply[1] if len(reply) > 1 else 0, f"no attempt: {reply[-1]}")
+        return WarmProcess(reply[1], reply[2], *pidfds)
+
+    def close(self) -> None:
+        """Kill the zygote (its attempts die with it) and reap it."""
+        with contextlib.suppress(OSError):
+            self.sock.close()
+        with contextlib.suppress(ProcessLookupError):
+            signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+        popen = getattr(self, "_popen", None)
+        with contextlib.suppress(ChildProcessError):
+            popen.wait() if popen is not None else os.waitpid(self.pid, 0)
+        with contextlib.suppress(OSError):
+            os.close(self._pidfd)
+        with contextlib.suppress(OSError):
+            os.rmdir(self.root)
+        self._pidfd = -1
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The process's zygote
+
+
+_lock = threading.Lock()
+_zygote: Zygote | None = None
+_unavailable: str | None = None  # why the warm path cannot be had here, once found out
+
+
+def zygote_for(backend: str) -> Zygote | None:
+    """This process's zygote for `backend` (started on first use, replaced if it died), or None where the warm path
+    is not to be had: then the caller starts a sandbox per attempt."""
+    global _zygote, _unavailable
+    if backend != "bwrap" or os.environ.get("GSPO_SANDBOX_WARM", "1") == "0":
+        return None
+    with _lock:
+        if _unavailable is not None:
+            return None
+        if _zygote is not None and _zygote.alive:
+            return _zygote
+        if _zygote is not None:
+            _zygote.close()
+            _zygote = None
+        if not is_root():
+            return _give_up("it needs root (to build bwrap's confinement itself)")
+        if shutil.which("bwrap") is None:  # the per-attempt path needs it; so does "bwrap" meaning what it says
+            return _give_up("bubblewrap is not installed")
+        try:
+            _zygote = Zygote.program()
+        except OSError as error:
+            return _give_up(str(error))
+        return _zygote
+
+
+def _give_up(why: str) -> None:
+    global _unavailable
+    _unavailable = why
+    warnings.warn(
+        f"warm code workers are off ({why}): every attempt starts its own sandbox, several times slower",
+        RuntimeWarning,
+        stacklevel=4,
+    )
+    return None
+
+
+def _forget_after_fork() -> None:
+    # A forked child (the confined judge) must never use its parent's zygote: it asks the parent instead.
+    global _zygote, _lock
+    _zygote, _lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
