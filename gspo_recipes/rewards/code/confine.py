@@ -40,6 +40,10 @@ def unshare(flags):
     check(_libc().unshare(flags), "unshare")
 
 
+def setns(fd, nstype):
+    check(_libc().setns(fd, nstype), "setns")
+
+
 def mount(source, target, fstype, flags, data=None):
     encode = lambda text: None if text is None else str(text).encode()  # noqa: E731
     check(_libc().mount(encode(source), encode(target), encode(fstype), flags, encode(data)), f"mount {target}")
@@ -83,6 +87,11 @@ def build_root(root, plan, tmpfs_mb):
             os.makedirs(os.path.dirname(path), exist_ok=True)
             open(path, "a").close()
             mount(source, path, None, MS_BIND)
+
+
+def set_name(name):
+    """The process's name as `ps` and `top` show it (15 bytes at most)."""
+    _libc().prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
 
 
 def die_with_parent():

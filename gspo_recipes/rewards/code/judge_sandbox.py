@@ -24,6 +24,7 @@ writable to the tests), and the reward warns once.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
@@ -32,11 +33,12 @@ import signal
 import socket
 import sys
 import tempfile
+import threading
 import time
 import warnings
 from pathlib import Path
 
-from . import confine, judge, sandbox, warm, worker
+from . import confine, judge, sandbox, warm, worker, zygote
 from .isolation import SANDBOX_UID_BASE, SANDBOX_UIDS, _python_mounts, is_root, sandbox_env, system_root_plan
 from .judge_broker import Broker, BrokerClient
 
@@ -56,8 +58,10 @@ def row_deadline_s(payload: dict) -> float:
 
 
 def start_warm_workers() -> None:
-    """Run once in each judging pool process before its first attempt: the warm zygote of the backend attempts will
-    use (`warm.py`), so that it is the process's own from the start."""
+    """Run once in each judging pool process before its first attempt: the judge's zygote (a fork of this process,
+    clean: it has judged nothing yet) and the program's (`warm.py`), so that both are the process's own from the
+    start."""
+    _judge_zygote()
     try:
         warm.zygote_for(sandbox.resolve_backend())
     except sandbox.SandboxUnavailable:
@@ -71,25 +75,57 @@ def judge_isolated(job: dict):
         return _judge_unconfined(job)
     deadline = time.monotonic() + row_deadline_s(job)
     uid = JUDGE_UID_BASE + os.getpid() % SANDBOX_UIDS  # one per pool process: it judges one attempt at a time
-    root = tempfile.mkdtemp(prefix="gspo-judge-root-")  # stays empty on the host: the judge mounts a tmpfs on it
     with contextlib.ExitStack() as stack:
-        stack.callback(os.rmdir, root)
         broker_end, judge_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         stack.callback(broker_end.close)
         with judge_end:
             result_read, result_write = os.pipe()
             stack.callback(os.close, result_read)
             try:
-                parent = os.getpid()
-                child = os.fork()
-                if child == 0:
-                    _child(job, root, uid, judge_end.fileno(), result_write, parent)  # never returns
+                stack.callback(_start_judge(job, uid, judge_end.fileno(), result_write))
             finally:
                 os.close(result_write)
-        with contextlib.suppress(OSError):
-            os.setpgid(child, child)  # also done in the child: whichever runs first
-        stack.callback(_reap, child)
         return Broker(job, broker_end, result_read).serve(deadline)
+
+
+def _start_judge(job: dict, uid: int, sock_fd: int, result_write: int):
+    """Start the attempt's confined judge: forked from the judge's zygote, else from this process. Returns what ends
+    it (and everything it started)."""
+    zygote = _judge_zygote()
+    if zygote is not None:
+        job_read, job_write = os.pipe()
+        try:
+            process = zygote.start_attempt(uid, JUDGE_TMPFS_MB, JUDGE_PROCESSES, (job_read, sock_fd, result_write))
+        except warm.ZygoteFailed:
+            os.close(job_write)
+        else:
+            with contextlib.suppress(BrokenPipeError):  # it died before reading: no verdict, the attempt's 0
+                _write_all(job_write, json.dumps(job).encode())
+            os.close(job_write)
+            return process.end
+        finally:
+            os.close(job_read)
+    root = tempfile.mkdtemp(prefix="gspo-judge-root-")  # stays empty on the host: the judge mounts a tmpfs on it
+    parent = os.getpid()
+    child = os.fork()
+    if child == 0:
+        _child(job, root, uid, sock_fd, result_write, parent)  # never returns
+    with contextlib.suppress(OSError):
+        os.setpgid(child, child)  # also done in the child: whichever runs first
+
+    def end() -> None:
+        try:
+            _reap(child)
+        finally:
+            os.rmdir(root)
+
+    return end
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _reap(child: int) -> None:
@@ -127,23 +163,45 @@ def _judge_confined(job: dict, root: str, uid: int, sock_fd: int, result_write: 
     try:
         _build_root(root, uid)
         _drop_to(uid)
-        worker.broker = BrokerClient(socket.socket(fileno=sock_fd))
-        verdict = judge.judge_tests(job)
-        data = json.dumps(verdict, default=str).encode()
     except BaseException as error:  # noqa: BLE001 (no verdict: the broker turns an empty reply into the row's 0)
-        with contextlib.suppress(BaseException):
-            os.write(2, f"gspo confined judge failed: {type(error).__name__}: {error}\n".encode())
-        os._exit(1)
-    view = memoryview(data)
-    while view:
-        view = view[os.write(result_write, view) :]
+        _exit_failed(error)
+    _judge_and_reply(job, sock_fd, result_write)
+
+
+def _judge_payload(fds: tuple[int, int, int]) -> None:
+    """What each attempt of the judge's zygote runs, confined: read the job, judge, reply. Never returns."""
+    job_fd, sock_fd, result_write = fds
+    try:
+        with open(job_fd, "rb") as job_file:
+            job = json.loads(job_file.read())
+    except BaseException as error:  # noqa: BLE001
+        _exit_failed(error)
+    _judge_and_reply(job, sock_fd, result_write)
+
+
+def _judge_and_reply(job: dict, sock_fd: int, result_write: int) -> None:
+    try:
+        worker.broker = BrokerClient(socket.socket(fileno=sock_fd))
+        data = json.dumps(judge.judge_tests(job), default=str).encode()
+    except BaseException as error:  # noqa: BLE001
+        _exit_failed(error)
+    _write_all(result_write, data)
     os._exit(0)
+
+
+def _exit_failed(error: BaseException) -> None:
+    with contextlib.suppress(BaseException):
+        os.write(2, f"gspo confined judge failed: {type(error).__name__}: {error}\n".encode())
+    os._exit(1)
+
+
+def _judge_root_plan() -> list[list[str]]:
+    return system_root_plan() + [["ro", path, path] for path in read_only_roots()]
 
 
 def _build_root(root: str, uid: int) -> None:
     """The private filesystem (see the module docstring), then chroot into it."""
-    plan = system_root_plan() + [["ro", path, path] for path in read_only_roots()]
-    confine.build_root(root, plan, JUDGE_TMPFS_MB)
+    confine.build_root(root, _judge_root_plan(), JUDGE_TMPFS_MB)
     top = Path(root)
     confine.mount("proc", str(top / "proc"), "proc", confine.MS_NOSUID | confine.MS_NODEV | confine.MS_NOEXEC)
     os.chmod(top / "tmp", 0o1777)  # on the root's own tmpfs: the judge's writes stay inside its size cap
@@ -165,8 +223,84 @@ def read_only_roots() -> list[str]:
 
 def _drop_to(uid: int) -> None:
     confine.drop_to(uid, JUDGE_PROCESSES)
+    _judge_environment()
+
+
+def _judge_environment() -> None:
     os.environ.clear()
     os.environ.update(sandbox_env(JUDGE_WORKDIR), USER="judge", LOGNAME="judge")  # getpass: the uid has no name
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The judge's zygote
+
+
+_zygote_lock = threading.Lock()
+_zygote: warm.Zygote | None = None
+_zygote_failed = False
+
+
+def _judge_zygote() -> warm.Zygote | None:
+    """This process's judge zygote (`zygote.py`): forked from it on first use, replaced if it died; None where the
+    judge cannot be confined, warm workers are off, or it failed to start (then each attempt forks from here)."""
+    global _zygote, _zygote_failed
+    if _zygote_failed or os.environ.get("GSPO_SANDBOX_WARM", "1") == "0" or not confinement_works():
+        return None
+    with _zygote_lock:
+        if _zygote is not None and not _zygote.alive:
+            _zygote.close()
+            _zygote = None
+        if _zygote is None:
+            try:
+                _zygote = _fork_judge_zygote()
+            except OSError as error:
+                _zygote_failed = True
+                warnings.warn(f"the judge's zygote could not start ({error}): each attempt forks its judge from the "
+                              "pool process, slower", RuntimeWarning, stacklevel=2)  # fmt: skip
+        return _zygote
+
+
+def _fork_judge_zygote() -> warm.Zygote:
+    root = tempfile.mkdtemp(prefix="gspo-judge-root-")  # stays empty on the host
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    plan = _judge_root_plan()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setpgid(0, 0)
+            confine.keep_only(theirs.fileno())  # the pool's pipes to the trainer among what it closes
+            _judge_environment()
+            config = {"root": root, "plan": plan, "tmpfs_mb": 8, "name": "gspo-zygote-jdg"}
+            own_pid_namespace = zygote.become_zygote(config)
+            theirs.send(b'["ready"]')
+            zygote.serve(theirs, _judge_payload, own_pid_namespace)
+        except BaseException as error:  # noqa: BLE001
+            with contextlib.suppress(BaseException):
+                theirs.send(json.dumps(["failed", getattr(error, "errno", 0) or 0, str(error)[:200]]).encode())
+        os._exit(1)
+    theirs.close()
+    started = warm.Zygote(pid, ours, root, JUDGE_WORKDIR, "gspo-judge")
+    try:
+        ours.settimeout(60.0)
+        started.expect_ready()
+    except BaseException:
+        started.close()
+        raise
+    return started
+
+
+@atexit.register
+def _close_zygote_at_exit() -> None:
+    if _zygote is not None:
+        _zygote.close()
+
+
+def _forget_zygote_after_fork() -> None:
+    global _zygote, _zygote_lock
+    _zygote, _zygote_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_zygote_after_fork)
 
 
 # ----------------------------------------------------------------------------------------------------------------

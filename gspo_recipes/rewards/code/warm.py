@@ -15,6 +15,7 @@ reward says so once. A zygote that dies is replaced at the next attempt.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
@@ -39,27 +40,22 @@ class ZygoteFailed(OSError):
 
 
 class WarmProcess:
-    """One attempt's processes, as `subprocess.Popen` would stand for them: `pid` is A's (the attempt's root, in a
-    process group of its own: see `zygote.py`). `end()` kills B (the attempt's PID namespace dies with it) and
-    waits until A has exited, which it does only once the whole namespace is gone."""
+    """One attempt's process, as `subprocess.Popen` would stand for it: the first process of the attempt's own PID
+    namespace, in a process group of its own (see `zygote.py`). `end()` kills it, and with it the whole namespace,
+    and returns once the kernel has emptied that namespace (the process counts as exited only then)."""
 
-    def __init__(self, pid_a: int, pid_b: int, pidfd_a: int, pidfd_b: int):
-        self.pid, self.inner_pid = pid_a, pid_b
-        self._pidfd_a, self._pidfd_b = pidfd_a, pidfd_b
+    def __init__(self, pid: int, pidfd: int):
+        self.pid, self._pidfd = pid, pidfd
         self.returncode: int | None = None
 
     def end(self) -> None:
         try:
             with contextlib.suppress(ProcessLookupError):
-                signal.pidfd_send_signal(self._pidfd_b, signal.SIGKILL)
-            if not _readable(self._pidfd_a, 2.0):  # A waits for B; a loaded machine can take a moment
-                with contextlib.suppress(ProcessLookupError):
-                    signal.pidfd_send_signal(self._pidfd_a, signal.SIGKILL)
-                _readable(self._pidfd_a, 5.0)
+                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+            _readable(self._pidfd, 10.0)  # at once, unless the machine is thrashing
         finally:
             self.returncode = -signal.SIGKILL
-            os.close(self._pidfd_b)
-            os.close(self._pidfd_a)
+            os.close(self._pidfd)
 
 
 def _readable(fd: int, timeout_s: float) -> bool:
@@ -72,8 +68,9 @@ class Zygote:
     """One zygote process (`zygote.py`) and the socket to it; `Zygote.program()` starts the program zygote.
     `start_attempt` is safe from any thread (one at a time)."""
 
-    def __init__(self, pid: int, sock: socket.socket, root: str, workdir: str):
+    def __init__(self, pid: int, sock: socket.socket, root: str, workdir: str, attempt_name: str):
         self.pid, self.sock, self.root, self.workdir = pid, sock, root, workdir
+        self.attempt_name = attempt_name  # what `ps` calls its attempts
         self._pidfd = os.pidfd_open(pid)
         self._lock = threading.Lock()
 
@@ -98,9 +95,10 @@ class Zygote:
             ours.close()
             os.rmdir(root)
             raise
-        zygote = cls(process.pid, ours, root, WORKDIR_IN_BWRAP)
+        zygote = cls(process.pid, ours, root, WORKDIR_IN_BWRAP, "gspo-program")
         zygote._popen = process  # reaped by `close`
-        config = {"root": root, "plan": plan, "sys_path": SITE_DIRS, "tmpfs_mb": _ROOT_TMPFS_MB}
+        config = {"root": root, "plan": plan, "sys_path": SITE_DIRS, "tmpfs_mb": _ROOT_TMPFS_MB,
+                  "name": "gspo-zygote-prog"}  # fmt: skip
         try:
             ours.settimeout(_START_TIMEOUT_S)
             ours.send(json.dumps(config).encode())
@@ -120,31 +118,34 @@ class Zygote:
 
     @property
     def alive(self) -> bool:
-        return not _readable(self._pidfd, 0)
+        return self._pidfd >= 0 and not _readable(self._pidfd, 0)
 
     def start_attempt(self, uid: int, tmpfs_mb: int, processes: int, fds: tuple[int, int, int]) -> WarmProcess:
         """Fork an attempt that runs as `uid` with its own `tmpfs_mb` MB /tmp and at most `processes` processes, and
         hands the payload `fds` (the caller keeps and closes its own copies)."""
-        request = {"uid": uid, "tmpfs_mb": tmpfs_mb, "processes": processes, "workdir": self.workdir}
+        request = {"uid": uid, "tmpfs_mb": tmpfs_mb, "processes": processes, "workdir": self.workdir,
+                   "name": self.attempt_name}  # fmt: skip
         with self._lock:
             try:
                 self.sock.settimeout(_ATTEMPT_START_TIMEOUT_S)
                 socket.send_fds(self.sock, [json.dumps(request).encode()], list(fds))
-                message, pidfds, _, _ = socket.recv_fds(self.sock, 4096, 2)
+                message, pidfds, _, _ = socket.recv_fds(self.sock, 4096, 1)
             except OSError as error:
                 self.close()  # out of step, or gone: the next attempt gets a new zygote
                 raise ZygoteFailed(error.errno or 0, f"the zygote is gone: {error}") from None
         reply = json.loads(message) if message else ["failed", 0, "the zygote is gone"]
-        if reply[0] != "started" or len(pidfds) != 2:
+        if reply[0] != "started" or len(pidfds) != 1:
             for fd in pidfds:
                 os.close(fd)
             if not message:
                 self.close()
             raise ZygoteFailed(reply[1] if len(reply) > 1 else 0, f"no attempt: {reply[-1]}")
-        return WarmProcess(reply[1], reply[2], *pidfds)
+        return WarmProcess(reply[1], pidfds[0])
 
     def close(self) -> None:
-        """Kill the zygote (its attempts die with it) and reap it."""
+        """Kill the zygote (its attempts die with it) and reap it. Idempotent."""
+        if self._pidfd < 0:
+            return
         with contextlib.suppress(OSError):
             self.sock.close()
         with contextlib.suppress(ProcessLookupError):
@@ -202,6 +203,12 @@ def _give_up(why: str) -> None:
         stacklevel=4,
     )
     return None
+
+
+@atexit.register
+def _close_at_exit() -> None:
+    if _zygote is not None:
+        _zygote.close()
 
 
 def _forget_after_fork() -> None:
