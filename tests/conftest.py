@@ -122,3 +122,17 @@ def plain_grpo_config(output_dir, **overrides):
     settings = dict(TINY_RUN, output_dir=str(output_dir), bf16=False)
     settings.update(overrides)
     return GRPOConfig(**settings)
+
+
+@pytest.fixture
+def cold_code_workers(monkeypatch):
+    """Code attempts start a sandbox each (`GSPO_SANDBOX_WARM=0`) instead of forking from the warm zygotes: the
+    judging pool is restarted with the setting, and again afterwards, so later tests get warm workers back."""
+    from gspo_recipes.rewards import pool
+
+    monkeypatch.setenv("GSPO_SANDBOX_WARM", "0")
+    pool.get_pool("code-judge").close()
+    yield
+    monkeypatch.delenv("GSPO_SANDBOX_WARM")
+    pool.get_pool("code-judge").close()
+

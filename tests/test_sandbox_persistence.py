@@ -104,11 +104,20 @@ def _program(name: str, token: str, write: bool, read: bool) -> str:
 
 
 def _backends():
-    return [pytest.param(name, marks=pytest.mark.skipif(not sandbox._works(name), reason=f"no {name} here"))
-            for name in sandbox.BACKENDS]  # fmt: skip
+    """Every backend, and bwrap twice: its attempts forked from the warm zygote (the default) and started one by one
+    (`bwrap-cold`)."""
+    return [pytest.param(name, marks=pytest.mark.skipif(not sandbox._works(name.split("-")[0]), reason=f"no {name} "
+            "here")) for name in ("bwrap", "bwrap-cold", "unshare", "plain")]  # fmt: skip
 
 
-@pytest.mark.parametrize("backend", _backends())
+@pytest.fixture
+def backend(request):
+    if request.param == "bwrap-cold":
+        request.getfixturevalue("cold_code_workers")
+    return request.param.split("-")[0]
+
+
+@pytest.mark.parametrize("backend", _backends(), indirect=True)
 def test_a_second_attempt_finds_nothing_the_first_one_wrote(backend):
     token = secrets.token_hex(6)
     names = sorted(PROMISED[backend])
@@ -120,7 +129,7 @@ def test_a_second_attempt_finds_nothing_the_first_one_wrote(backend):
     assert dict(zip(names, second)) == dict.fromkeys(names, 0.0)
 
 
-@pytest.mark.parametrize("backend", _backends())
+@pytest.mark.parametrize("backend", _backends(), indirect=True)
 def test_the_probes_find_their_own_state_within_one_attempt(backend):
     """So that a 0 above means isolation, not a broken probe; the refused calls write nothing even within one."""
     token = secrets.token_hex(6)
