@@ -98,8 +98,9 @@ class ColdStartConfig:
 # The code model fine-tunes the GSM8K one, which already copies numbers from its prompt: from scratch, 400 steps left
 # it writing the right structure with random digits (reward 0). The math model is trained from scratch for 1,500
 # steps (sampled reward 0.46): at 500 (0.18) its arithmetic was too weak for finishing to pay, and GSPO barely lifted
-# it (a GSM8K-initialised fine-tune of 250 steps did worse: 0.08). The code prompts are the longest (~170 characters), so
-# its batches are half as large; copying is easier than arithmetic, so more of its two-step solutions stop early.
+# it (a GSM8K-initialised fine-tune of 250 steps did worse: 0.08). The code prompts are the longest (~170
+# characters), so its batches are half as large; copying is easier than arithmetic, so more of its two-step
+# solutions stop early.
 COLDSTART_CONFIGS: dict[str, ColdStartConfig] = {
     "gsm8k": ColdStartConfig(),
     "math": ColdStartConfig(task="math", steps=1500),
