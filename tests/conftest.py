@@ -135,4 +135,3 @@ def cold_code_workers(monkeypatch):
     yield
     monkeypatch.delenv("GSPO_SANDBOX_WARM")
     pool.get_pool("code-judge").close()
-
