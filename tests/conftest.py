@@ -131,7 +131,7 @@ def cold_code_workers(monkeypatch):
     from gspo_recipes.rewards import pool
 
     monkeypatch.setenv("GSPO_SANDBOX_WARM", "0")
-    pool.get_pool("code-judge").close()
+    pool.close_pool("code-judge")
     yield
     monkeypatch.delenv("GSPO_SANDBOX_WARM")
-    pool.get_pool("code-judge").close()
+    pool.close_pool("code-judge")

@@ -38,19 +38,19 @@ def test_attempts_are_forked_from_the_zygote_and_judged_as_the_cold_path_judges(
                    "x = ("] * 2  # fmt: skip
     log = tmp_path / "launches"
     monkeypatch.setenv("GSPO_SANDBOX_LAUNCH_LOG", str(log))
-    pool.get_pool("code-judge").close()  # new pool processes see the log setting
+    pool.close_pool("code-judge")  # new pool processes see the log setting
     warm_scores = code_execution(completions, tests=[TESTS] * len(completions))
     assert warm_scores == [1.0, 0.5, 0.0, 0.0] * 2
     probes = _launches(log)
     assert probes <= pool.get_pool("code-judge").size  # each pool process's one probe of the backend, no attempt
     monkeypatch.setenv("GSPO_SANDBOX_WARM", "0")
-    pool.get_pool("code-judge").close()
+    pool.close_pool("code-judge")
     try:
         cold_scores = code_execution(completions, tests=[TESTS] * len(completions))
         assert _launches(log) - probes >= len(completions)  # one sandbox per attempt (and the new processes' probes)
     finally:
         monkeypatch.delenv("GSPO_SANDBOX_WARM")
-        pool.get_pool("code-judge").close()
+        pool.close_pool("code-judge")
     assert cold_scores == warm_scores
 
 

@@ -233,6 +233,15 @@ def get_pool(name: str, preload: Sequence[str] = (), workers: int | None = None)
         return _pools[name]
 
 
+def close_pool(name: str) -> None:
+    """Kill the workers of the pool called `name` and forget it: the next `get_pool(name)` starts one anew, reading
+    `GSPO_REWARD_WORKERS` and the environment its workers inherit again."""
+    with _pools_lock:
+        pool = _pools.pop(name, None)
+    if pool is not None:
+        pool.close()
+
+
 @atexit.register
 def _close_pools() -> None:
     for pool in list(_pools.values()):

@@ -192,7 +192,8 @@ def _probe(backend: str) -> bool:
 
 
 def _python_command() -> list[str]:
-    return [sys.executable, "-I", "-S", "-B", "-c", _HARNESS_SOURCE]
+    # Normalised: `venv/../.venv/bin/python` names a directory the sandbox's root does not have.
+    return [os.path.abspath(sys.executable), "-I", "-S", "-B", "-c", _HARNESS_SOURCE]
 
 
 def _launch(backend, uid, job, stdin, limits, capture_stdout, capture_stderr) -> Execution:
