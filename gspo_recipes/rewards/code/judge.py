@@ -162,10 +162,11 @@ def _test_namespace(job: dict, link: Link, report: dict) -> dict:
     entry_point = job.get("entry_point")
     dataset_code = [*job["tests"], job.get("setup") or ""]
     helpers, failed_helpers = _run_helpers(job.get("helpers") or [], job["per_test_s"])
-    free = set(referenced_names(dataset_code)) - bound_names(dataset_code)
+    referenced = referenced_names(dataset_code)
+    free = set(referenced) - bound_names(dataset_code)
     # A module name is wanted even where another test binds it: statements share one namespace, in order.
-    modules = {name for name in referenced_names(dataset_code) if name in _ALIASED_MODULES or _is_stdlib_module(name)}
-    wanted = [name for name in referenced_names(dataset_code) if name in free | modules or name == entry_point]
+    modules = {name for name in referenced if name in _ALIASED_MODULES or _is_stdlib_module(name)}
+    wanted = [name for name in referenced if name in free | modules or name == entry_point]
     if entry_point and entry_point not in wanted:
         wanted.append(entry_point)
     # With a named entry point (HumanEval, BigCodeBench), the program provides that name alone: anything else the
