@@ -1,12 +1,12 @@
 """The judge in a sandbox of its own: the dataset's tests run confined, apart from the host and from the program.
 
 The rule: test code from the dataset is trusted to be honest, never to be safe with the program's data. So each
-attempt's judge (one completion of one row) runs in a process of its own, forked from the pool worker, that
+attempt's judge (one completion of one row) runs in a process of its own that
 
-  - sees a private filesystem: a fresh tmpfs root with the system directories, the interpreter's and the packages'
+  - sees a private filesystem: a tmpfs root with the system directories, the interpreter's and the packages'
     directories (everything on `sys.path`) mounted read-only, and nothing else of the host; a private, empty, writable
-    working directory (`/tmp/judge`, on the root's own size-capped tmpfs) that is new for every attempt and gone
-    after it; its own /proc, network, IPC and UTS namespaces;
+    working directory (`/tmp/judge`, on a size-capped tmpfs) that is new for every attempt and gone after it; its own
+    /proc, PID, IPC and UTS namespaces, and no network;
   - runs as an unprivileged uid of its own (below the program's range), with no capabilities and no way to regain
     them, and dies with its parent;
   - cannot start sandboxes itself: it asks this process (the broker, unconfined), which starts the program's worker
@@ -16,6 +16,11 @@ So a test that removes a path the program returns removes nothing of the host's,
 judge that stalled is gone with its tmpfs, and eight completions of a row with a fixed fixture path each have their
 own. Each attempt also ends on its own deadline (`row_deadline_s`): the broker kills a judge that overruns (work in
 C that no alarm interrupts), and the attempt scores 0.
+
+The process is forked from the judge's zygote (`zygote.py`): a copy of this pool process made before its first
+attempt, with the judge's imports loaded and the read-only root built once; each attempt gets its own PID, mount,
+IPC and UTS namespaces and a fresh /tmp (`GSPO_SANDBOX_WARM=0`, or a zygote that cannot start: forked from this
+process and confined from scratch, as before).
 
 Where the confinement cannot be built (not root, or a kernel that refuses namespaces), the judge runs in the pool
 process itself with a fresh private working directory per attempt (weaker: the host filesystem stays visible and
@@ -61,11 +66,31 @@ def start_warm_workers() -> None:
     """Run once in each judging pool process before its first attempt: the judge's zygote (a fork of this process,
     clean: it has judged nothing yet) and the program's (`warm.py`), so that both are the process's own from the
     start."""
-    _judge_zygote()
     try:
-        warm.zygote_for(sandbox.resolve_backend())
+        backend = sandbox.resolve_backend()
+        if warm.zygote_for(backend) is not None:
+            _warm_up(backend)
     except sandbox.SandboxUnavailable:
         pass  # every attempt reports it
+    _judge_zygote()
+
+
+# Our own rows, judged once in this process before the judge's zygote is forked from it: the judge's code paths
+# (the parser, the codec, the collection) then have their lazy set-up done, which every attempt would otherwise
+# pay for again in copied pages. An honest program of ours; nothing of a dataset's or a model's.
+_WARM_UP_ROWS = (
+    ("def add(a, b):\n    return a + b\n", ["assert add(1, 2) == 3", "assert add(-1, 1) == 0"], None),
+    ("def add(a, b):\n    return a + b\n", "def check(candidate):\n    assert candidate(2, 3) == 5\n", "add"),
+)
+
+
+def _warm_up(backend: str) -> None:
+    from .plan import plan_row  # the planner, which the trainer runs: here only for our own rows
+
+    for program, tests, entry_point in _WARM_UP_ROWS:
+        with contextlib.suppress(Exception):  # a warm-up that fails costs only speed
+            [job] = plan_row(program, tests, None, entry_point, None, [], 5.0, sandbox.Limits())
+            _judge_unconfined(dict(job.payload, backend=backend), quiet=True)
 
 
 def judge_isolated(job: dict):
@@ -347,10 +372,10 @@ def _try_confinement() -> bool:
         os.rmdir(root)
 
 
-def _judge_unconfined(job: dict):
+def _judge_unconfined(job: dict, quiet: bool = False):
     """The fallback: the judge here, in a fresh private working directory for this attempt only."""
     global _warned
-    if not _warned:
+    if not _warned and not quiet:
         _warned = True
         warnings.warn(
             "the code judge cannot be confined here (it needs root and mount/PID namespaces): the dataset's tests run "

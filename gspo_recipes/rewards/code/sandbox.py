@@ -15,7 +15,9 @@ bwrap. When this process is root, model code runs as an unprivileged uid of its 
 boxes), so concurrent runs neither share a process limit nor can signal each other.
 
 This module chooses the backend, launches the harness (`harness.py`) and supervises the run; what confines the
-process (its uid, its environment, the bwrap/unshare command lines) is built in `isolation.py`.
+process (its uid, its environment, the bwrap/unshare command lines) is built in `isolation.py`. Under bwrap, the
+programs of judged rows are not launched here but forked from a warm zygote with the same confinement (`warm.py`);
+stdin/stdout cases and the fallback's runs start here, one sandbox each.
 """
 
 from __future__ import annotations

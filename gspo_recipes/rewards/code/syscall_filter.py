@@ -36,11 +36,30 @@ def install_syscall_filter(block_sysv_ipc):
     ENOSYS, for this process and everything it starts. Returns whether the filter is in place (False on an
     architecture or kernel it does not know)."""
     import ctypes
+
+    built = syscall_filter_program(block_sysv_ipc)
+    if built is None:
+        return False
+    libc, program = built
+    if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS: required to install a filter without privileges
+        return False
+    return libc.prctl(22, 2, ctypes.byref(program), 0, 0) == 0  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+
+
+_BUILT_FILTERS = {}
+
+
+def syscall_filter_program(block_sysv_ipc):
+    """(libc, the BPF program) for `install_syscall_filter`, built once per process (the warm zygote builds it
+    before any attempt, so each attempt only installs it); None on an architecture the filter does not know."""
+    import ctypes
     import os
 
+    if block_sysv_ipc in _BUILT_FILTERS:
+        return _BUILT_FILTERS[block_sysv_ipc]
     arch = _SECCOMP_ARCHES.get(os.uname().machine)
     if arch is None:
-        return False
+        return None
     audit_arch, x32_bit, blocked, sysv, page_cache = arch
     blocked = blocked + (sysv if block_sysv_ipc else ())
 
@@ -64,7 +83,6 @@ def install_syscall_filter(block_sysv_ipc):
     code += [(ret, 0, 0, allow), (ret, 0, 0, enosys), (ret, 0, 0, eperm)]
     instructions = (Instruction * len(code))(*[Instruction(*op) for op in code])
     program = Program(len(code), instructions)
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS: required to install a filter without privileges
-        return False
-    return libc.prctl(22, 2, ctypes.byref(program), 0, 0) == 0  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+    program._instructions = instructions  # kept alive with the program
+    _BUILT_FILTERS[block_sysv_ipc] = (ctypes.CDLL(None, use_errno=True), program)
+    return _BUILT_FILTERS[block_sysv_ipc]
