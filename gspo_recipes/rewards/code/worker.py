@@ -19,6 +19,7 @@ import os
 import select
 import selectors
 import signal
+import threading
 import time
 
 from . import sandbox, warm
@@ -238,17 +239,23 @@ class SandboxWorker:
 
 @contextlib.contextmanager
 def _alarms_held():
-    """SIGALRM blocked for the block's duration (the judge's per-test alarm would otherwise land mid-cleanup);
-    a pending one is delivered when it ends."""
-    try:
-        previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
-    except (ValueError, OSError):  # not the main thread: Python runs handlers there only, nothing to hold
+    """SIGALRM held for the block's duration (the judge's per-test alarm would otherwise land mid-cleanup), and
+    delivered to the real handler when it ends. Held twice over: blocked in the kernel, and, for an alarm that
+    arrived just before the block (the kernel already delivered it; Python runs the handler at its next
+    instruction, inside the block), taken by a stand-in handler that only notes it."""
+    if threading.current_thread() is not threading.main_thread():  # Python runs handlers in the main one only
         yield
         return
+    previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+    noted = []
+    previous_handler = signal.signal(signal.SIGALRM, lambda signum, frame: noted.append(signum))
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        signal.signal(signal.SIGALRM, signal.SIG_DFL if previous_handler is None else previous_handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)  # one the kernel held arrives now
+        if noted:
+            signal.raise_signal(signal.SIGALRM)  # and one that came just before, to the real handler now
 
 
 def _exits_within(pid: int, timeout_s: float) -> bool:

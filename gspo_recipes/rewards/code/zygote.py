@@ -54,11 +54,15 @@ def serve(sock, payload, own_pid_namespace):
     import gc
     import json
     import os
+    import signal
     import socket
 
     # Everything alive now is frozen out of the collector: a collection in an attempt would otherwise touch, and so
     # copy, every page of the zygote's objects.
     gc.freeze()
+    # Attempts are reaped as soon as they end (no zombie waits for the next request); `_start_attempt` holds the
+    # signal back while it forks and opens the pidfd, so a pid is never reaped before it is held.
+    signal.signal(signal.SIGCHLD, lambda signum, frame: _reap_finished())
     while True:
         try:
             message, fds, _, _ = socket.recv_fds(sock, 4096, 3)
@@ -128,18 +132,25 @@ def _reap_finished():
 def _start_attempt(request, fds, sock, payload, own_pid_namespace):
     """Fork the attempt's process (see the module docstring): (reply, [its pidfd])."""
     import os
+    import signal
 
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
     try:
-        confine.unshare(confine.CLONE_NEWPID)  # for the next child only: it becomes the first process of a new one
-        attempt = os.fork()
-    except OSError as error:
-        confine.setns(own_pid_namespace, confine.CLONE_NEWPID)
-        return ["failed", error.errno or 0, str(error)[:200]], []
-    if attempt == 0:
-        sock.close()
-        _attempt(request, fds, payload)  # never returns
-    confine.setns(own_pid_namespace, confine.CLONE_NEWPID)  # children in ours again, until the next attempt
-    return ["started", attempt], [os.pidfd_open(attempt)]  # ours, not reaped until we do: no reused pid
+        try:
+            confine.unshare(confine.CLONE_NEWPID)  # for the next child only: the first process of a new one
+            attempt = os.fork()
+        except OSError as error:
+            confine.setns(own_pid_namespace, confine.CLONE_NEWPID)
+            return ["failed", error.errno or 0, str(error)[:200]], []
+        if attempt == 0:
+            sock.close()
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the zygote's reaper is not the attempt's
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+            _attempt(request, fds, payload)  # never returns
+        confine.setns(own_pid_namespace, confine.CLONE_NEWPID)  # children in ours again, until the next attempt
+        return ["started", attempt], [os.pidfd_open(attempt)]  # not reaped while SIGCHLD is held: no reused pid
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def _attempt(request, fds, payload):
