@@ -157,3 +157,30 @@ def test_without_the_warm_path_attempts_start_one_by_one_and_it_is_said_once(mon
 def test_backends_without_the_warm_path_use_the_per_attempt_one(backend):
     assert warm.zygote_for(backend) is None
     assert code_execution([ADD, "def add(a, b):\n    return a * b\n"], tests=[TESTS] * 2, backend=backend) == [1.0, 0.0]
+
+
+LOOPBACK = """import socket
+def add(a, b):
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    socket.create_connection(server.getsockname(), timeout=2).close()
+    return a + b
+"""
+OUTSIDE = """import socket
+def add(a, b):
+    try:
+        socket.create_connection(("1.1.1.1", 53), timeout=1).close()
+        return 0
+    except OSError:
+        return a + b
+"""
+
+
+@needs_warm
+@pytest.mark.parametrize("path", ["warm", "cold"])
+def test_the_program_has_its_loopback_and_no_other_network_on_both_paths(path, request):
+    """As bwrap leaves it: 127.0.0.1 works inside the sandbox, nothing outside is reachable."""
+    if path == "cold":
+        request.getfixturevalue("cold_code_workers")
+    assert code_execution([LOOPBACK, OUTSIDE], tests=[TESTS] * 2) == [1.0, 1.0]

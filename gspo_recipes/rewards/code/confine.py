@@ -89,6 +89,18 @@ def build_root(root, plan, tmpfs_mb):
             mount(source, path, None, MS_BIND)
 
 
+def loopback_up():
+    """Bring up `lo` in this network namespace (bwrap does it in the sandboxes it makes: programs may talk to
+    themselves over 127.0.0.1, and nowhere else)."""
+    import fcntl
+    import socket
+    import struct
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        flags = 0x1 | 0x8 | 0x40  # IFF_UP | IFF_LOOPBACK | IFF_RUNNING
+        fcntl.ioctl(sock, 0x8914, struct.pack("16sh14x", b"lo", flags))  # SIOCSIFFLAGS
+
+
 def set_name(name):
     """The process's name as `ps` and `top` show it (15 bytes at most)."""
     _libc().prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME

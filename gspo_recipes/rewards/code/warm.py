@@ -98,7 +98,7 @@ class Zygote:
         zygote = cls(process.pid, ours, root, WORKDIR_IN_BWRAP, "gspo-program")
         zygote._popen = process  # reaped by `close`
         config = {"root": root, "plan": plan, "sys_path": SITE_DIRS, "tmpfs_mb": _ROOT_TMPFS_MB,
-                  "name": "gspo-zygote-prog"}  # fmt: skip
+                  "name": "gspo-zygote-prog", "loopback": True}  # fmt: skip
         try:
             ours.settimeout(_START_TIMEOUT_S)
             ours.send(json.dumps(config).encode())

@@ -5,15 +5,15 @@ source with `confine.py`, so it uses only the standard library), started as root
 (`warm.py`), with the harness compiled and the modules it needs imported. The judge zygote is a fork of that
 judging process made before its first attempt, with the judge's imports loaded (`judge_sandbox.py`).
 
-Once, at start (`become_zygote`): its own mount and network namespaces (no interface but a loopback that stays
-down), a read-only root built from a plan (`confine.build_root`), chroot into it. Then, for each attempt asked for
-(`serve`), one fork that is the first process of a new PID namespace (the zygote unshares the PID namespace for that
-child alone, then returns to its own); it enters new mount, IPC and UTS namespaces, mounts its own /proc, /tmp and
-/dev/shm (fresh tmpfs each), makes its working directory, becomes the attempt's uid with no capabilities, and runs
-the payload (the harness on its job, or the judge). Killing it kills its whole namespace, and the kernel reports
-it exited only once that namespace is empty, so nothing an attempt started outlives it into the next. A zygote
-only ever receives a uid, sizes, a path and three descriptors; the job, its limits and everything after go straight
-to the attempt.
+Once, at start (`become_zygote`): its own mount and network namespaces (no interface but the loopback, which the
+program zygote brings up as bwrap does), a read-only root built from a plan (`confine.build_root`), chroot into it.
+Then, for each attempt asked for (`serve`), one fork that is the first process of a new PID namespace (the zygote
+unshares the PID namespace for that child alone, then returns to its own); it enters new mount, IPC and UTS
+namespaces, mounts its own /proc, /tmp and /dev/shm (fresh tmpfs each), makes its working directory, becomes the
+attempt's uid with no capabilities, and runs the payload (the harness on its job, or the judge). Killing it kills
+its whole namespace, and the kernel reports it exited only once that namespace is empty, so nothing an attempt
+started outlives it into the next. A zygote only ever receives a uid, sizes, a path and three descriptors; the job,
+its limits and everything after go straight to the attempt.
 
 Protocol, on a SOCK_SEQPACKET socket: each attempt `{"uid", "tmpfs_mb", "processes", "workdir", "name"}` with
 three fds (the payload's) -> `["started", pid]` with the attempt's pidfd, or `["failed", errno, why]`. The program
@@ -40,6 +40,8 @@ def become_zygote(config):
     confine.set_name(config["name"])
     own_pid_namespace = os.open("/proc/self/ns/pid", os.O_RDONLY)  # see `_start_attempt`; no /proc after chroot
     confine.unshare(confine.CLONE_NEWNS | confine.CLONE_NEWNET)
+    if config.get("loopback"):
+        confine.loopback_up()
     confine.build_root(config["root"], config["plan"], config["tmpfs_mb"])
     flags = confine.MS_REMOUNT | confine.MS_RDONLY | confine.MS_NOSUID | confine.MS_NODEV
     confine.mount(None, config["root"], None, flags)
