@@ -184,3 +184,15 @@ def test_the_program_has_its_loopback_and_no_other_network_on_both_paths(path, r
     if path == "cold":
         request.getfixturevalue("cold_code_workers")
     assert code_execution([LOOPBACK, OUTSIDE], tests=[TESTS] * 2) == [1.0, 1.0]
+
+
+def test_a_batch_planned_in_chunks_keeps_every_row_in_its_place():
+    """The reward starts judging the first rows while it plans the rest, in chunks: a long batch mixing judged rows,
+    stdin/stdout rows, rows with no tests and unreadable programs scores each row as it scores alone."""
+    wrong, echo, reverse = "def add(a, b):\n    return a * b\n", "print(input())\n", "print(input()[::-1])\n"
+    case = [{"input": "abc\n", "output": "cba\n"}]
+    rows = [(ADD, TESTS, None), (wrong, TESTS, None), (reverse, None, case), ("x = (", TESTS, None),
+            (ADD, None, None), (echo, None, case)] * 4  # fmt: skip
+    batch = code_execution([r[0] for r in rows], tests=[r[1] for r in rows], io_tests=[r[2] for r in rows])
+    alone = [code_execution([r[0]], tests=[r[1]], io_tests=[r[2]])[0] for r in rows[:6]] * 4
+    assert batch == alone == [1.0, 0.0, 1.0, 0.0, None, 0.0] * 4

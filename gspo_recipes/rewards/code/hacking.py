@@ -255,15 +255,17 @@ class SuspiciousCounts:
 SUSPICIOUS_COUNTS = SuspiciousCounts()
 
 
-def record_scan(reward: str, programs: list[str], log_metric=None) -> list[set[str] | None]:
-    """Scan `programs`, add the findings to `SUSPICIOUS_COUNTS` and log `rewards/<reward>/suspicious_frac`. A program
-    the scan cannot read gets None (the reward scores it 0) and counts as suspicious."""
-    findings = [_scan_alone(program) for program in programs]
-    counted = [found if found is not None else set() for found in findings]
-    SUSPICIOUS_COUNTS.add(reward, counted)
+def scan_programs(programs: list[str]) -> list[set[str] | None]:
+    """Each program's findings (`scan_code`), or None for one the scan cannot read."""
+    return [_scan_alone(program) for program in programs]
+
+
+def record_findings(reward: str, findings: list[set[str] | None], log_metric=None) -> None:
+    """Add a batch's findings to `SUSPICIOUS_COUNTS` and log `rewards/<reward>/suspicious_frac` (None counts as
+    suspicious)."""
+    SUSPICIOUS_COUNTS.add(reward, [found if found is not None else set() for found in findings])
     if log_metric is not None and findings:
         log_metric(f"rewards/{reward}/suspicious_frac", sum(f is None or bool(f) for f in findings) / len(findings))
-    return findings
 
 
 def _scan_alone(program: str) -> set[str] | None:

@@ -40,7 +40,7 @@ from typing import Any
 
 from ..pool import PoolUnavailable, get_pool
 from ..text import column, completion_text
-from .hacking import record_scan
+from .hacking import record_findings, scan_programs
 from .judge_broker import OVERRAN
 from .judge_sandbox import row_deadline_s
 from .plan import Job, Unjudgeable, dataset_helpers, extract_code, plan_row
@@ -102,19 +102,30 @@ def _score(completions, reward, columns, timeout_s, memory_mb, backend, log_metr
     tests = tests if tests is not None else kwargs.get("test_list", kwargs.get("test"))
     io_tests = io_tests if io_tests is not None else kwargs.get("input_output")
     programs = [extract_code(completion_text(c)) for c in completions]
-    findings = record_scan(reward, programs, log_metric)
     limits = Limits(memory_mb=memory_mb)
-    plans = []
-    rows = zip(programs, column(tests, n), column(io_tests, n), column(entry_point, n), column(setup, n),
-               column(helpers, n), column(kwargs.get("prompts"), n), findings)  # fmt: skip
-    for index, (program, row_tests, row_io, entry, row_setup, row_helpers, prompt, found) in enumerate(rows):
-        plans.append(_plan(index, program, row_tests, row_io, entry, row_setup, row_helpers, prompt, found, timeout_s,
-                           limits, reward))  # fmt: skip
+    rows = list(zip(programs, column(tests, n), column(io_tests, n), column(entry_point, n), column(setup, n),
+                    column(helpers, n), column(kwargs.get("prompts"), n)))  # fmt: skip
+    # Scanning and planning are this process's share of the work (about 2 ms a completion): the sandboxes start on
+    # the first rows while the rest are still being planned, in chunks that double (few chunk ends to wait at).
+    plans, findings, running = [], [], _Running()
+    chunk = 2 * _judge_pool().size
     try:
-        backend = resolve_backend(backend) if any(isinstance(plan, list) for plan in plans) else backend
+        while len(plans) < n:
+            start = len(plans)
+            found = scan_programs(programs[start : start + chunk])
+            chunk_rows = zip(rows[start : start + chunk], found)
+            chunk_plans = [_plan(start + offset, *row, found_one, timeout_s, limits, reward)
+                           for offset, (row, found_one) in enumerate(chunk_rows)]  # fmt: skip
+            if not running.started and any(isinstance(plan, list) for plan in chunk_plans):
+                backend = resolve_backend(backend)  # before any job starts: no sandbox, every row None
+            running.start(start, chunk_plans, backend)
+            plans += chunk_plans
+            findings += found
+            chunk *= 2
     except SandboxUnavailable:
         return [None] * n
-    outcomes = _run_plans(plans, backend)
+    record_findings(reward, findings, log_metric)
+    outcomes = running.outcomes(plans)
     _report(reward, plans, outcomes, log_metric)
     scores: list[float | None] = []
     for plan, row_outcomes in zip(plans, outcomes):
@@ -203,22 +214,39 @@ def _report(reward, plans, outcomes, log_metric) -> None:
 # Running
 
 
-def _run_plans(plans: list, backend: str) -> list[list | None]:
-    """Every job's (passed, run), row by row: io and fallback jobs on threads, judged rows in the judge pool, both at
-    once."""
-    futures = {}
-    judged = []
-    plans = [plan if isinstance(plan, list) else None for plan in plans]
-    for row, plan in enumerate(plans):
-        for index, job in enumerate(plan or []):
-            if job.kind == "judge":
-                judged.append((row, index, job))
-            else:
-                futures[row, index] = _executor().submit(_run_job, job, backend)
-    verdicts = _judge_in_pool([job for _, _, job in judged], backend)
-    results = {(row, index): verdict for (row, index, _), verdict in zip(judged, verdicts)}
-    results.update({key: future.result() for key, future in futures.items()})
-    return [None if not plan else [results[row, index] for index in range(len(plan))] for row, plan in enumerate(plans)]
+class _Running:
+    """The batch's jobs, started as they are planned: each chunk's judged rows go to the judge pool from a thread of
+    their own (chunks one after another), its stdin/stdout and fallback jobs to the sandbox threads."""
+
+    def __init__(self):
+        self.started = False
+        self.futures: dict = {}  # (row, job index) -> its (passed, run)
+        self.chunks: list = []  # (keys, the chunk's verdicts)
+
+    def start(self, first_row: int, plans: list, backend: str) -> None:
+        keys, judged = [], []
+        for row, plan in enumerate(plans, start=first_row):
+            for index, job in enumerate(plan if isinstance(plan, list) else []):
+                self.started = True
+                if job.kind == "judge":
+                    keys.append((row, index))
+                    judged.append(job)
+                else:
+                    self.futures[row, index] = _executor().submit(_run_job, job, backend)
+        if judged:
+            self.chunks.append((keys, _dispatcher().submit(_judge_in_pool, judged, backend)))
+
+    def outcomes(self, plans: list) -> list[list | None]:
+        """Every job's (passed, run), row by row (None for a row without jobs)."""
+        results = {key: future.result() for key, future in self.futures.items()}
+        for keys, verdicts in self.chunks:
+            results.update(zip(keys, verdicts.result()))
+        return [[results[row, index] for index in range(len(plan))] if isinstance(plan, list) and plan else None
+                for row, plan in enumerate(plans)]  # fmt: skip
+
+
+def _judge_pool():
+    return get_pool(_JUDGE_POOL, preload=["gspo_recipes.rewards.code.judge_sandbox:start_warm_workers"])
 
 
 def _judge_in_pool(jobs: list[Job], backend: str) -> list[tuple | None]:
@@ -229,9 +257,8 @@ def _judge_in_pool(jobs: list[Job], backend: str) -> list[tuple | None]:
     # row has its own: a stall beside a long row is cut at its own row's deadline, not the longest one's.
     deadlines = [row_deadline_s(job.payload) + 2.0 for job in jobs]  # the confined judge's own, then teardown
     try:
-        pool = get_pool(_JUDGE_POOL, preload=["gspo_recipes.rewards.code.judge_sandbox:start_warm_workers"])
-        verdicts = pool.map("gspo_recipes.rewards.code.judge_sandbox:judge_isolated", items, deadline_s=deadlines,
-                            on_timeout=_OVERRAN, on_error=_BROKE)  # fmt: skip
+        verdicts = _judge_pool().map("gspo_recipes.rewards.code.judge_sandbox:judge_isolated", items,
+                                     deadline_s=deadlines, on_timeout=_OVERRAN, on_error=_BROKE)  # fmt: skip
     except PoolUnavailable:
         return [None] * len(jobs)
     # A judge that overran its deadline or broke was sent into work no alarm interrupts (C-level loops over the
@@ -278,6 +305,16 @@ def _choose_nonce(n_tests: int) -> int:
 
 _executor_lock = threading.Lock()
 _executor_instance: ThreadPoolExecutor | None = None
+_dispatcher_instance: ThreadPoolExecutor | None = None
+
+
+def _dispatcher() -> ThreadPoolExecutor:
+    # One thread: the judge pool takes one batch at a time, so the chunks queue here in order.
+    global _dispatcher_instance
+    with _executor_lock:
+        if _dispatcher_instance is None:
+            _dispatcher_instance = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gspo-code-judge")
+        return _dispatcher_instance
 
 
 def _executor() -> ThreadPoolExecutor:
@@ -292,8 +329,8 @@ def _executor() -> ThreadPoolExecutor:
 
 def _forget_executor_after_fork() -> None:
     # A forked child inherits the executor object but not its threads.
-    global _executor_instance, _executor_lock
-    _executor_instance, _executor_lock = None, threading.Lock()
+    global _executor_instance, _dispatcher_instance, _executor_lock
+    _executor_instance, _dispatcher_instance, _executor_lock = None, None, threading.Lock()
 
 
 os.register_at_fork(after_in_child=_forget_executor_after_fork)
