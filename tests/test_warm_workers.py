@@ -136,8 +136,8 @@ def test_a_judge_out_of_descriptors_on_the_warm_path_scores_zero_not_none(monkey
 
 def test_without_the_warm_path_attempts_start_one_by_one_and_it_is_said_once(monkeypatch):
     """Not root (or a kernel that refuses namespaces): one warning, then every attempt as before, right verdicts."""
-    monkeypatch.setattr(warm, "_zygote", None)
-    monkeypatch.setattr(warm, "_unavailable", None)
+    monkeypatch.setattr(warm.PROGRAM_ZYGOTE, "zygote", None)
+    monkeypatch.setattr(warm.PROGRAM_ZYGOTE, "unavailable", None)
     monkeypatch.setattr(warm, "is_root", lambda: False)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -29,7 +29,6 @@ writable to the tests), and the reward warns once.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import json
 import os
@@ -38,7 +37,6 @@ import signal
 import socket
 import sys
 import tempfile
-import threading
 import time
 import warnings
 from pathlib import Path
@@ -260,29 +258,12 @@ def _judge_environment() -> None:
 # The judge's zygote
 
 
-_zygote_lock = threading.Lock()
-_zygote: warm.Zygote | None = None
-_zygote_failed = False
-
-
 def _judge_zygote() -> warm.Zygote | None:
-    """This process's judge zygote (`zygote.py`): forked from it on first use, replaced if it died; None where the
-    judge cannot be confined, warm workers are off, or it failed to start (then each attempt forks from here)."""
-    global _zygote, _zygote_failed
-    if _zygote_failed or os.environ.get("GSPO_SANDBOX_WARM", "1") == "0" or not confinement_works():
+    """This process's judge zygote (`zygote.py`), or None where the judge cannot be confined, warm workers are off,
+    or it failed to start (then each attempt forks its judge from this process)."""
+    if os.environ.get("GSPO_SANDBOX_WARM", "1") == "0" or not confinement_works():
         return None
-    with _zygote_lock:
-        if _zygote is not None and not _zygote.alive:
-            _zygote.close()
-            _zygote = None
-        if _zygote is None:
-            try:
-                _zygote = _fork_judge_zygote()
-            except OSError as error:
-                _zygote_failed = True
-                warnings.warn(f"the judge's zygote could not start ({error}): each attempt forks its judge from the "
-                              "pool process, slower", RuntimeWarning, stacklevel=2)  # fmt: skip
-        return _zygote
+    return _JUDGE_ZYGOTE.get()
 
 
 def _fork_judge_zygote() -> warm.Zygote:
@@ -314,18 +295,10 @@ def _fork_judge_zygote() -> warm.Zygote:
     return started
 
 
-@atexit.register
-def _close_zygote_at_exit() -> None:
-    if _zygote is not None:
-        _zygote.close()
-
-
-def _forget_zygote_after_fork() -> None:
-    global _zygote, _zygote_lock
-    _zygote, _zygote_lock = None, threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_zygote_after_fork)
+_JUDGE_ZYGOTE = warm.ZygoteSlot(
+    _fork_judge_zygote,
+    "the judge's zygote could not start ({why}): each attempt forks its judge from the pool process, slower",
+)
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -161,60 +161,66 @@ class Zygote:
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# The process's zygote
+# The process's zygotes
 
 
-_lock = threading.Lock()
-_zygote: Zygote | None = None
-_unavailable: str | None = None  # why the warm path cannot be had here, once found out
+class ZygoteSlot:
+    """One process's zygote of one kind: started by `start` on first use, replaced if it died; the first time it
+    cannot be started, given up on for good with one warning (`give_up`, the `why` filled into `warning`). Closed at
+    exit; forgotten in a forked child, which must never use its parent's zygotes (it asks its parent instead)."""
+
+    def __init__(self, start, warning: str):
+        self._start, self._warning = start, warning
+        self._lock = threading.Lock()
+        self.zygote: Zygote | None = None
+        self.unavailable: str | None = None  # why this zygote cannot be had here, once found out
+        atexit.register(self.close)
+        os.register_at_fork(after_in_child=self._forget)
+
+    def get(self) -> Zygote | None:
+        with self._lock:
+            if self.unavailable is not None:
+                return None
+            if self.zygote is not None and self.zygote.alive:
+                return self.zygote
+            if self.zygote is not None:
+                self.zygote.close()
+                self.zygote = None
+            try:
+                self.zygote = self._start()
+            except OSError as error:
+                self.give_up(error.strerror or str(error))
+            return self.zygote
+
+    def give_up(self, why: str) -> None:
+        self.unavailable = why
+        warnings.warn(self._warning.format(why=why), RuntimeWarning, stacklevel=4)
+
+    def close(self) -> None:
+        if self.zygote is not None:
+            self.zygote.close()
+
+    def _forget(self) -> None:
+        self.zygote, self._lock = None, threading.Lock()
+
+
+def _start_program_zygote() -> Zygote:
+    if not is_root():
+        raise ZygoteFailed(0, "it needs root (to build bwrap's confinement itself)")
+    if shutil.which("bwrap") is None:  # the per-attempt path needs it; so does "bwrap" meaning what it says
+        raise ZygoteFailed(0, "bubblewrap is not installed")
+    return Zygote.program()
+
+
+PROGRAM_ZYGOTE = ZygoteSlot(
+    _start_program_zygote,
+    "warm code workers are off ({why}): every attempt starts its own sandbox, several times slower",
+)
 
 
 def zygote_for(backend: str) -> Zygote | None:
-    """This process's zygote for `backend` (started on first use, replaced if it died), or None where the warm path
-    is not to be had: then the caller starts a sandbox per attempt."""
-    global _zygote, _unavailable
+    """This process's program zygote for `backend`, or None where the warm path is not to be had: then the caller
+    starts a sandbox per attempt."""
     if backend != "bwrap" or os.environ.get("GSPO_SANDBOX_WARM", "1") == "0":
         return None
-    with _lock:
-        if _unavailable is not None:
-            return None
-        if _zygote is not None and _zygote.alive:
-            return _zygote
-        if _zygote is not None:
-            _zygote.close()
-            _zygote = None
-        if not is_root():
-            return _give_up("it needs root (to build bwrap's confinement itself)")
-        if shutil.which("bwrap") is None:  # the per-attempt path needs it; so does "bwrap" meaning what it says
-            return _give_up("bubblewrap is not installed")
-        try:
-            _zygote = Zygote.program()
-        except OSError as error:
-            return _give_up(str(error))
-        return _zygote
-
-
-def _give_up(why: str) -> None:
-    global _unavailable
-    _unavailable = why
-    warnings.warn(
-        f"warm code workers are off ({why}): every attempt starts its own sandbox, several times slower",
-        RuntimeWarning,
-        stacklevel=4,
-    )
-    return None
-
-
-@atexit.register
-def _close_at_exit() -> None:
-    if _zygote is not None:
-        _zygote.close()
-
-
-def _forget_after_fork() -> None:
-    # A forked child (the confined judge) must never use its parent's zygote: it asks the parent instead.
-    global _zygote, _lock
-    _zygote, _lock = None, threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_after_fork)
+    return PROGRAM_ZYGOTE.get()
