@@ -123,7 +123,7 @@ def _start_judge(job: dict, uid: int, sock_fd: int, result_write: int):
             os.close(job_write)
         else:
             with contextlib.suppress(BrokenPipeError):  # it died before reading: no verdict, the attempt's 0
-                _write_all(job_write, json.dumps(job).encode())
+                worker.write_all(job_write, json.dumps(job).encode())
             os.close(job_write)
             return process.end
         finally:
@@ -143,12 +143,6 @@ def _start_judge(job: dict, uid: int, sock_fd: int, result_write: int):
             os.rmdir(root)
 
     return end
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
 
 
 def _reap(child: int) -> None:
@@ -208,7 +202,7 @@ def _judge_and_reply(job: dict, sock_fd: int, result_write: int) -> None:
         data = json.dumps(judge.judge_tests(job), default=str).encode()
     except BaseException as error:  # noqa: BLE001
         _exit_failed(error)
-    _write_all(result_write, data)
+    worker.write_all(result_write, data)
     os._exit(0)
 
 

@@ -69,7 +69,7 @@ class WorkerProcess:
         job = {"mode": "serve", "program": program, "per_test_s": per_test_s, "rlimits": limits.rlimits(),
                "sys_path": sandbox.SITE_DIRS, "ipc_namespace": self.namespaced}  # fmt: skip
         try:
-            _write_all(job_write, json.dumps(job).encode())
+            write_all(job_write, json.dumps(job).encode())
         except OSError:
             pass  # it died before reading its job: the first receive reports it
         finally:
@@ -178,7 +178,7 @@ class SandboxWorker:
         reply must echo: a line the program writes itself onto the pipe puts the conversation out of step)."""
         self._sent += 1
         try:
-            _write_all(self._requests, dumps([self._sent, *message]))
+            write_all(self._requests, dumps([self._sent, *message]))
         except BaseException as error:
             self.close()
             if isinstance(error, OSError):
@@ -269,7 +269,8 @@ def _exits_within(pid: int, timeout_s: float) -> bool:
         os.close(fd)
 
 
-def _write_all(fd: int, data: bytes) -> None:
+def write_all(fd: int, data: bytes) -> None:
+    """Write all of `data` to `fd` (a pipe takes it in pieces)."""
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
