@@ -105,6 +105,16 @@ def _open_fds() -> set[int]:
 
 
 @needs_warm
+def test_where_the_warm_path_works_nothing_is_said():
+    """The other side of the fallback's one warning: on a machine that has the warm path, none."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert warm.zygote_for("bwrap") is not None
+        assert judge_sandbox._judge_zygote() is not None
+    assert [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)] == []
+
+
+@needs_warm
 def test_a_warm_attempt_leaks_no_descriptor(monkeypatch):
     """Started, answered and ended, crashed, or ended while its end is slow: the process keeps the descriptors it
     had (the zygote's socket, opened once, among them)."""
