@@ -304,6 +304,37 @@ def test_default_args_are_gspo(tiny, prompt_dataset, tmp_path, monkeypatch):
     assert isinstance(trainer.args, GSPOConfig) and trainer.args.importance_sampling_level == "sequence"
 
 
+_PINNED_GROUP = """
+import os, sys
+import torch, torch.distributed as dist
+from gspo_recipes.trainer.gloo_exit import _destroy_and_settle, _worker_states
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[1])
+dist.init_process_group("gloo", rank=0, world_size=1)
+pinned = dist.group.WORLD  # as DDP's reducer holds it: destroying the group then stops none of its threads
+out = [torch.zeros(2)]
+dist.all_gather(out, torch.ones(2))
+_destroy_and_settle()
+print("initialized", dist.is_initialized(), "workers", len(_worker_states()), "running", _worker_states().count("R"))
+"""
+
+
+def test_the_exit_hook_finds_gloos_worker_threads_and_leaves_none_running(tmp_path):
+    """The threads outlive a destroyed group while anything holds it; the hook must find them by name (a torch that
+    renamed them would leave the abort at exit unguarded) and return only once none is running."""
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = str(probe.getsockname()[1])
+    done = subprocess.run([sys.executable, "-c", _PINNED_GROUP, port], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    words = done.stdout.split()
+    assert words[:2] == ["initialized", "False"]
+    assert int(words[3]) >= 1 and words[5] == "0", done.stdout
+
+
 @pytest.mark.slow
 def test_a_finished_run_destroys_its_gloo_group_before_the_interpreter_shuts_down(tmp_path):
     """Left to interpreter finalization, gloo's worker threads abort a process after a good run (SIGABRT, "terminate

@@ -18,7 +18,6 @@ and tests/test_loss_options.py check it). What the trainer assumes about TRL's i
 
 from __future__ import annotations
 
-import atexit
 import logging
 import os
 
@@ -34,6 +33,7 @@ from gspo_recipes.stats.calibration import EpsilonCalibration
 from gspo_recipes.stats.response_stats import window_ends
 from gspo_recipes.trainer.config import GSPOConfig
 from gspo_recipes.trainer.dynamic_sampling import FILLER_KEY
+from gspo_recipes.trainer.gloo_exit import end_gloo_process_group_at_exit
 from gspo_recipes.trainer.group_health import GroupHealth
 from gspo_recipes.trainer.grpo_conversion import from_grpo_config
 from gspo_recipes.trainer.loss_options import add_entropy_bonus, masked_shares, policy_masks
@@ -341,28 +341,3 @@ def counted_responses(inputs, mask) -> int:
     gradient of the kept responses by the kept share."""
     fillers = inputs.get(FILLER_KEY)
     return mask.size(0) - (0 if fillers is None else int(fillers.sum()))
-
-
-def end_gloo_process_group_at_exit() -> None:
-    """Destroy the default gloo process group when the interpreter exits, while it is still alive.
-
-    Left to interpreter finalization, gloo's C++ worker threads can still hold work objects whose tensors reach into
-    Python; destroying them then aborts the process ("terminate called without an active exception", SIGABRT) after a
-    good run, and the launcher kills the other ranks (pytorch/pytorch#190489). `accelerate launch` never destroys the
-    group itself. Registered once, after `train` returns; a no-op when the caller destroyed the group already.
-    """
-    global _exit_hook_registered
-    if _exit_hook_registered:
-        return
-    _exit_hook_registered = True
-
-    def destroy() -> None:
-        import torch.distributed as dist
-
-        if dist.is_available() and dist.is_initialized() and "gloo" in str(dist.get_backend()):
-            dist.destroy_process_group()
-
-    atexit.register(destroy)
-
-
-_exit_hook_registered = False
