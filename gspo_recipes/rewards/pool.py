@@ -32,13 +32,19 @@ WORKER_MEMORY_MB = int(os.environ.get("GSPO_REWARD_WORKER_MEMORY_MB", "4096"))
 _STARTUP_TIMEOUT_S = 120.0  # a fresh worker imports sympy; on a loaded machine that can take a while
 _PACKAGE_DIR = str(Path(__file__).resolve().parents[1])
 
-# Workers import `gspo_recipes.rewards` under a stand-in for the top-level package: its real `__init__` pulls in
-# the trainer (torch, transformers, TRL), seconds of start-up and hundreds of MB that a verifier never uses.
+# A worker loads the modules it is told to run and what they import, never a package's `__init__`: every package
+# of ours is a stand-in there. The top level's pulls in the trainer (torch, transformers, TRL), seconds of start-up
+# and hundreds of MB that a verifier never uses; `rewards`' pulls in every reward, 18 MB that the code judge's
+# zygote would copy into each attempt it forks.
 _WORKER_BOOT = """
-import sys, types
-package = types.ModuleType("gspo_recipes")
-package.__path__ = [sys.argv[1]]
-sys.modules["gspo_recipes"] = package
+import os, sys, types
+top = sys.argv[1]
+for folder, _, files in os.walk(top):
+    if "__init__.py" in files:
+        inner = os.path.relpath(folder, top)
+        name = "gspo_recipes" if inner == "." else "gspo_recipes." + inner.replace(os.sep, ".")
+        package = sys.modules[name] = types.ModuleType(name)
+        package.__path__ = [folder]
 from gspo_recipes.rewards.pool import _worker_main
 _worker_main(int(sys.argv[2]), sys.argv[3:])
 """
