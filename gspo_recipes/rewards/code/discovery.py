@@ -19,8 +19,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import sys
 import types
-import unittest
 from collections.abc import Callable
 
 SCRIPT_NAME = "test_row.py"
@@ -35,9 +35,12 @@ class CollectionFailed(Exception):
 def might_hold_tests(module: types.ModuleType) -> bool:
     """Whether pytest's default rules could collect anything from `module` (a cheap superset of them: a `test*`
     callable, a `Test*` class, a `TestCase` subclass), so that scripts without tests (HumanEval's `check`) skip it."""
+    # A TestCase subclass needs unittest imported (by the script, or a module it imported): the judge itself
+    # imports it only then, which keeps it out of the zygote every attempt is forked from.
+    unittest = sys.modules.get("unittest")
     for name, value in list(vars(module).items()):
         if isinstance(value, type):
-            if name.startswith("Test") or issubclass(value, unittest.TestCase):
+            if name.startswith("Test") or (unittest is not None and issubclass(value, unittest.TestCase)):
                 return True
         elif name.startswith("test") and callable(value):
             return True

@@ -8,6 +8,7 @@ Which tests a script holds is not decided here: pytest and unittest decide it, o
 from __future__ import annotations
 
 import ast
+import functools
 
 # Code from an untrusted source is parsed only up to this size; deeper nesting is caught as RecursionError.
 MAX_PARSED_CHARS = 1 << 20
@@ -17,13 +18,28 @@ MAX_ESTIMATED_TESTS = 500
 
 def parse(source: str) -> ast.Module:
     """`ast.parse` that turns the parser's resource failures into SyntaxError (a program of 3,000 nested `-` signs
-    is not code the judge will read)."""
+    is not code the judge will read).
+
+    A row's tests are read several times (planning, then each attempt's judge: names, entry point, runner calls), so
+    the tree of a source up to `MAX_CACHED_CHARS` is kept and shared: callers read it, never change it."""
     if len(source) > MAX_PARSED_CHARS:
         raise SyntaxError("source too long to parse")
+    if len(source) <= MAX_CACHED_CHARS:
+        return _parse_cached(source)
+    return _parse(source)
+
+
+MAX_CACHED_CHARS = 1 << 15  # a test script or a prompt; at most 128 such trees are kept (a few MB)
+
+
+def _parse(source: str) -> ast.Module:
     try:
         return ast.parse(source)
     except (RecursionError, MemoryError, ValueError) as error:
         raise SyntaxError(f"source cannot be parsed: {type(error).__name__}") from None
+
+
+_parse_cached = functools.lru_cache(maxsize=128)(_parse)  # a SyntaxError is not cached: it is raised again
 
 
 def defined_names(source: str) -> set[str]:
@@ -55,8 +71,8 @@ def without_runner_calls(script: str) -> ast.Module:
     tree = parse(script)
     imported = {alias.asname or alias.name for node in tree.body if isinstance(node, ast.ImportFrom)
                 and node.module in _RUNNERS for alias in node.names if alias.name == "main"}  # fmt: skip
-    tree.body = [statement for statement in tree.body if not _is_runner_call(statement, imported)]
-    return tree
+    kept = [statement for statement in tree.body if not _is_runner_call(statement, imported)]
+    return ast.Module(body=kept, type_ignores=tree.type_ignores)  # a new tree: `parse`'s is shared
 
 
 _RUNNERS = ("unittest", "pytest")
