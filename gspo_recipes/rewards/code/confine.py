@@ -23,10 +23,6 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVA
 _PR_SET_PDEATHSIG, _PR_CAPBSET_DROP, _PR_SET_NO_NEW_PRIVS = 1, 24, 38
 
 
-def _libc():
-    return _LIBC
-
-
 def check(result, what):
     """Raise OSError (with errno) when a libc call returned non-zero."""
     if result != 0:
@@ -37,16 +33,16 @@ def check(result, what):
 
 
 def unshare(flags):
-    check(_libc().unshare(flags), "unshare")
+    check(_LIBC.unshare(flags), "unshare")
 
 
 def setns(fd, nstype):
-    check(_libc().setns(fd, nstype), "setns")
+    check(_LIBC.setns(fd, nstype), "setns")
 
 
 def mount(source, target, fstype, flags, data=None):
     encode = lambda text: None if text is None else str(text).encode()  # noqa: E731
-    check(_libc().mount(encode(source), encode(target), encode(fstype), flags, encode(data)), f"mount {target}")
+    check(_LIBC.mount(encode(source), encode(target), encode(fstype), flags, encode(data)), f"mount {target}")
 
 
 def mount_tmpfs(target, size_mb, mode="1777"):
@@ -103,7 +99,7 @@ def loopback_up():
 
 def set_name(name):
     """The process's name as `ps` and `top` show it (15 bytes at most)."""
-    _libc().prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
+    _LIBC.prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
 
 
 def die_with_parent():
@@ -112,7 +108,7 @@ def die_with_parent():
     import signal
 
     parent = os.getppid()
-    check(_libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "pdeathsig")
+    check(_LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "pdeathsig")
     return os.getppid() == parent
 
 
@@ -123,17 +119,16 @@ def drop_to(uid, processes):
     import resource
     import signal
 
-    libc = _libc()
     for capability in range(64):
-        if libc.prctl(_PR_CAPBSET_DROP, capability, 0, 0, 0) != 0:  # EINVAL past the last capability
+        if _LIBC.prctl(_PR_CAPBSET_DROP, capability, 0, 0, 0) != 0:  # EINVAL past the last capability
             break
     resource.setrlimit(resource.RLIMIT_NPROC, (processes, processes))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     os.setgroups([])
     os.setresgid(uid, uid, uid)
     os.setresuid(uid, uid, uid)
-    check(libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
-    check(libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "pdeathsig")  # the uid change cleared it
+    check(_LIBC.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+    check(_LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "pdeathsig")  # the uid change cleared it
 
 
 def keep_only(*fds):

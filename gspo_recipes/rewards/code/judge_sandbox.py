@@ -116,18 +116,15 @@ def _start_judge(job: dict, uid: int, sock_fd: int, result_write: int):
     it (and everything it started)."""
     zygote = _judge_zygote()
     if zygote is not None:
-        job_read, job_write = os.pipe()
         try:
-            process = zygote.start_attempt(uid, JUDGE_TMPFS_MB, JUDGE_PROCESSES, (job_read, sock_fd, result_write))
+            process, job_write = zygote.start_with_job(uid, JUDGE_TMPFS_MB, JUDGE_PROCESSES, (sock_fd, result_write))
         except warm.ZygoteFailed:
-            os.close(job_write)
+            pass  # this attempt's judge starts cold; the next one gets a new zygote
         else:
             with contextlib.suppress(BrokenPipeError):  # it died before reading: no verdict, the attempt's 0
                 worker.write_all(job_write, json.dumps(job).encode())
             os.close(job_write)
             return process.end
-        finally:
-            os.close(job_read)
     root = tempfile.mkdtemp(prefix="gspo-judge-root-")  # stays empty on the host: the judge mounts a tmpfs on it
     parent = os.getpid()
     child = os.fork()

@@ -59,6 +59,9 @@ _HARNESS_SOURCE = _source("wire.py", "syscall_filter.py", "harness.py")
 ZYGOTE_SOURCE = _source("wire.py", "syscall_filter.py", "confine.py", "zygote.py", "harness.py")
 # The interpreter starts without `site` (-S): processing the environment's .pth files is most of its start-up time.
 # Its package directories are put on sys.path by the harness instead, so model code can still import numpy & co.
+# The interpreter every sandbox runs, normalised: `venv/../.venv/bin/python` names a directory the sandbox's root
+# does not have (and a program's `sys.executable` is this path, on the warm path and the per-attempt one alike).
+PYTHON = os.path.abspath(sys.executable)
 SITE_DIRS = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
 
 
@@ -194,8 +197,7 @@ def _probe(backend: str) -> bool:
 
 
 def _python_command() -> list[str]:
-    # Normalised: `venv/../.venv/bin/python` names a directory the sandbox's root does not have.
-    return [os.path.abspath(sys.executable), "-I", "-S", "-B", "-c", _HARNESS_SOURCE]
+    return [PYTHON, "-I", "-S", "-B", "-c", _HARNESS_SOURCE]
 
 
 def _launch(backend, uid, job, stdin, limits, capture_stdout, capture_stderr) -> Execution:

@@ -23,7 +23,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import warnings
@@ -77,7 +76,7 @@ class Zygote:
     @classmethod
     def program(cls) -> Zygote:
         """The harness interpreter as the program zygote, in bwrap's root."""
-        from .sandbox import SITE_DIRS, ZYGOTE_SOURCE
+        from .sandbox import PYTHON, SITE_DIRS, ZYGOTE_SOURCE
 
         plan = program_root_plan()
         if plan is None:
@@ -87,7 +86,7 @@ class Zygote:
         try:
             with theirs:
                 process = subprocess.Popen(
-                    [sys.executable, "-I", "-S", "-B", "-c", ZYGOTE_SOURCE, "zygote", str(theirs.fileno())],
+                    [PYTHON, "-I", "-S", "-B", "-c", ZYGOTE_SOURCE, "zygote", str(theirs.fileno())],
                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                     cwd="/", env=sandbox_env(WORKDIR_IN_BWRAP), start_new_session=True, pass_fds=(theirs.fileno(),),
                 )  # fmt: skip
@@ -141,6 +140,18 @@ class Zygote:
                 self.close()
             raise ZygoteFailed(reply[1] if len(reply) > 1 else 0, f"no attempt: {reply[-1]}")
         return WarmProcess(reply[1], pidfds[0])
+
+    def start_with_job(self, uid: int, tmpfs_mb: int, processes: int, fds: tuple[int, int]) -> tuple[WarmProcess, int]:
+        """`start_attempt` with a fresh job pipe in front of the payload's `fds`: (the attempt, the write end of its
+        job pipe, for the caller to write the job to and close). On failure both ends are closed."""
+        job_read, job_write = os.pipe()
+        try:
+            return self.start_attempt(uid, tmpfs_mb, processes, (job_read, *fds)), job_write
+        except BaseException:
+            os.close(job_write)
+            raise
+        finally:
+            os.close(job_read)
 
     def close(self) -> None:
         """Kill the zygote (its attempts die with it) and reap it. Idempotent."""

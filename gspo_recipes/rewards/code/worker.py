@@ -109,14 +109,10 @@ def _spawn(backend: str, uid: int, limits: sandbox.Limits, request_read: int, re
     (`warm.py`), else a sandbox started for this attempt alone."""
     zygote = warm.zygote_for(backend)
     if zygote is not None:
-        job_read, job_write = os.pipe()
-        try:
-            fds = (job_read, request_read, reply_write)
-            return zygote.start_attempt(uid, limits.tmpfs_mb, limits.processes, fds), job_write, lambda: None
-        except warm.ZygoteFailed:
-            os.close(job_write)  # this attempt starts cold; the next one gets a new zygote
-        finally:
-            os.close(job_read)
+        with contextlib.suppress(warm.ZygoteFailed):  # this attempt starts cold; the next one gets a new zygote
+            fds = (request_read, reply_write)
+            process, job_write = zygote.start_with_job(uid, limits.tmpfs_mb, limits.processes, fds)
+            return process, job_write, lambda: None
     return sandbox._spawn(backend, uid, limits, (request_read, reply_write), False, False, False)
 
 
