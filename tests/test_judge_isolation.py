@@ -19,7 +19,9 @@ import time
 import pytest
 
 from gspo_recipes.rewards import code_execution, pool
-from gspo_recipes.rewards.code import attempt_limits, judge, judge_sandbox, reward, sandbox, worker
+from gspo_recipes.rewards.code import judge, judge_sandbox, reward
+from gspo_recipes.rewards.code.sandbox import attempt_limits, worker
+from gspo_recipes.rewards.code.sandbox import launch as sandbox
 
 ADD = "def add(a, b):\n    return a + b\n"
 NO_CONFINEMENT = "the judge cannot be confined here (root and mount/PID namespaces): it runs in a private directory"

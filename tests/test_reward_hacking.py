@@ -11,7 +11,7 @@ from reward_hacks import HACKS, WRONG
 
 from gspo_recipes.rewards import code_execution, code_execution_binary
 from gspo_recipes.rewards.code import plan, reward
-from gspo_recipes.rewards.code.sandbox import Limits
+from gspo_recipes.rewards.code.sandbox.launch import Limits
 
 CORRECT = "def add(a, b):\n    return a + b\n"
 PARTIAL = "def add(a, b):\n    return a + b if a > 0 else 0\n"

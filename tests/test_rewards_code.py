@@ -8,7 +8,7 @@ import warnings
 import pytest
 
 from gspo_recipes.rewards import code_execution, code_execution_binary, extract_code
-from gspo_recipes.rewards.code import sandbox
+from gspo_recipes.rewards.code.sandbox import launch as sandbox
 
 ADD = "def add(a, b):\n    return a + b\n"
 SUB = "def add(a, b):\n    return a - b\n"

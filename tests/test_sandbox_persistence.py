@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from gspo_recipes.rewards import code_execution
-from gspo_recipes.rewards.code import sandbox
+from gspo_recipes.rewards.code.sandbox import launch as sandbox
 
 TESTS = ["assert add(1, 2) == 3"]
 LIBC = "import ctypes, os, socket, time\nlibc = ctypes.CDLL(None, use_errno=True)\nKEY = {key}\nNAME = '{name}'\n"

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from gspo_recipes.rewards import code_execution, pool
-from gspo_recipes.rewards.code import reward, sandbox
+from gspo_recipes.rewards.code import reward
+from gspo_recipes.rewards.code.sandbox import launch as sandbox
 
 TIMEOUT_S = 0.5  # per test; a run's wall deadline is start-up allowance (1 s) + TIMEOUT_S * (tests + 1)
 SLACK_S = 1.5  # past a run's deadline, what killing and reaping may take on a loaded machine

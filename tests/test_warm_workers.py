@@ -18,7 +18,9 @@ import warnings
 import pytest
 
 from gspo_recipes.rewards import code_execution, pool
-from gspo_recipes.rewards.code import judge, judge_sandbox, reward, sandbox, warm, worker
+from gspo_recipes.rewards.code import judge, judge_sandbox, reward
+from gspo_recipes.rewards.code.sandbox import launch as sandbox
+from gspo_recipes.rewards.code.sandbox import warm, worker
 
 ADD = "def add(a, b):\n    return a + b\n"
 TESTS = ["assert add(1, 2) == 3", "assert add(-4, 4) == 0"]

@@ -44,7 +44,7 @@ from .hacking import record_findings, scan_programs
 from .judge_broker import OVERRAN
 from .judge_sandbox import row_deadline_s
 from .plan import Job, Unjudgeable, dataset_helpers, extract_code, plan_row
-from .sandbox import Limits, SandboxUnavailable, resolve_backend, run_harness
+from .sandbox.launch import Limits, SandboxUnavailable, resolve_backend, run_harness
 
 __all__ = ["code_execution", "code_execution_binary", "extract_code"]
 

@@ -76,7 +76,7 @@ class Zygote:
     @classmethod
     def program(cls) -> Zygote:
         """The harness interpreter as the program zygote, in bwrap's root."""
-        from .sandbox import PYTHON, SITE_DIRS, ZYGOTE_SOURCE
+        from .launch import PYTHON, SITE_DIRS, ZYGOTE_SOURCE
 
         plan = program_root_plan()
         if plan is None:

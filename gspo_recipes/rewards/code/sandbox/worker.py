@@ -22,10 +22,10 @@ import signal
 import threading
 import time
 
-from . import sandbox, warm
+from ..wire import MAX_MESSAGE_BYTES, NotPlainData, dumps, loads
+from . import launch, warm
 from .attempt_limits import AttemptGuard, Watchdog, orphan_uid
 from .isolation import uid_slot
-from .wire import MAX_MESSAGE_BYTES, NotPlainData, dumps, loads
 
 # Errors that mean the judge's own process ran out of something (descriptors, processes, memory): its failure, which
 # scores the completion 0 (and gets the process replaced), never a None that says "no sandbox here".
@@ -44,7 +44,7 @@ class WorkerProcess:
     """The harness in serve mode, started in the sandbox: `requests` (write) and `replies` (read) are the judge's
     ends of its pipes. Always `end()` it."""
 
-    def __init__(self, backend: str, program: str, per_test_s: float, limits: sandbox.Limits):
+    def __init__(self, backend: str, program: str, per_test_s: float, limits: launch.Limits):
         self.namespaced = backend != "plain"
         self.requests = self.replies = self.process = self._guard = self._watchdog = None
         self._cleanup = lambda: None
@@ -67,7 +67,7 @@ class WorkerProcess:
             self.end()
             raise
         job = {"mode": "serve", "program": program, "per_test_s": per_test_s, "rlimits": limits.rlimits(),
-               "sys_path": sandbox.SITE_DIRS, "ipc_namespace": self.namespaced}  # fmt: skip
+               "sys_path": launch.SITE_DIRS, "ipc_namespace": self.namespaced}  # fmt: skip
         try:
             write_all(job_write, json.dumps(job).encode())
         except OSError:
@@ -104,7 +104,7 @@ class WorkerProcess:
                 steps.callback(watchdog.stop)  # first: no kill from its thread once the process is being reaped
 
 
-def _spawn(backend: str, uid: int, limits: sandbox.Limits, request_read: int, reply_write: int):
+def _spawn(backend: str, uid: int, limits: launch.Limits, request_read: int, reply_write: int):
     """(process, write end of its job pipe, cleanup): forked from this process's warm zygote where there is one
     (`warm.py`), else a sandbox started for this attempt alone."""
     zygote = warm.zygote_for(backend)
@@ -113,7 +113,7 @@ def _spawn(backend: str, uid: int, limits: sandbox.Limits, request_read: int, re
             fds = (request_read, reply_write)
             process, job_write = zygote.start_with_job(uid, limits.tmpfs_mb, limits.processes, fds)
             return process, job_write, lambda: None
-    return sandbox._spawn(backend, uid, limits, (request_read, reply_write), False, False, False)
+    return launch._spawn(backend, uid, limits, (request_read, reply_write), False, False, False)
 
 
 def _killer(pid: int, guard: AttemptGuard):
@@ -132,8 +132,8 @@ def _end_process(process, namespaced: bool) -> None:
     if isinstance(process, warm.WarmProcess):
         process.end()
         return
-    # Not reaped yet: the group's id stays reserved for the kill that follows (see sandbox._supervise).
-    sandbox._kill_group(process, namespaced, exited=_exits_within(process.pid, 0.05))
+    # Not reaped yet: the group's id stays reserved for the kill that follows (see launch._supervise).
+    launch._kill_group(process, namespaced, exited=_exits_within(process.pid, 0.05))
     process.wait()
 
 
@@ -145,7 +145,7 @@ broker = None
 class SandboxWorker:
     """The judge's end of one worker. Use it, then always `close()` it."""
 
-    def __init__(self, backend: str, program: str, per_test_s: float, limits: sandbox.Limits):
+    def __init__(self, backend: str, program: str, per_test_s: float, limits: launch.Limits):
         try:
             if broker is not None:
                 self._requests, self._replies, self._end = broker(backend, program, per_test_s, limits)
@@ -256,7 +256,7 @@ def _alarms_held():
 
 def _exits_within(pid: int, timeout_s: float) -> bool:
     """Whether the process exits within `timeout_s`, without reaping it."""
-    fd = sandbox._pidfd(pid)
+    fd = launch._pidfd(pid)
     if fd is None:
         return False
     try:

@@ -54,7 +54,7 @@ BACKENDS = ("bwrap", "unshare", "plain")
 # The plain-data codec first: the harness's serve mode uses it (see wire.py and harness.py).
 # Then the syscall filter the harness installs on itself (syscall_filter.py).
 # The warm zygote's interpreter (`warm.py`) runs the same, with the confinement calls and the zygote in front.
-_source = lambda *names: "".join(Path(__file__).with_name(name).read_text() for name in names)  # noqa: E731
+_source = lambda *names: "".join(Path(__file__).parent.parent.joinpath(name).read_text() for name in names)  # noqa: E731
 _HARNESS_SOURCE = _source("wire.py", "syscall_filter.py", "harness.py")
 ZYGOTE_SOURCE = _source("wire.py", "syscall_filter.py", "confine.py", "zygote.py", "harness.py")
 # The interpreter starts without `site` (-S): processing the environment's .pth files is most of its start-up time.
