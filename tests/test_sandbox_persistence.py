@@ -141,7 +141,7 @@ def test_the_probes_find_their_own_state_within_one_attempt(backend):
 
 def test_the_filter_is_what_refuses_the_keyring():
     """The same add_key that works in a plain process here fails with EPERM once the harness's filter is installed."""
-    from gspo_recipes.rewards.code import syscall_filter
+    from gspo_recipes.rewards.code.sandbox.inside import syscall_filter
 
     # A fresh session keyring first (keyctl JOIN_SESSION_KEYRING), so the test's key dies with its process.
     attempt = "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.syscall(250, 1, None)\n{}" + (
@@ -159,7 +159,7 @@ def test_the_filter_is_what_refuses_the_keyring():
 @pytest.mark.parametrize("name", sorted(PAGE_CACHE))
 def test_the_filter_is_what_refuses_the_page_cache_probes(name):
     """Each page-cache probe sees its file cached in a plain process, and fails once the harness's filter is in."""
-    from gspo_recipes.rewards.code import syscall_filter
+    from gspo_recipes.rewards.code.sandbox.inside import syscall_filter
 
     probe = LIBC.format(key=1, name="unused") + f"found = bool({PROBES[name][1]})\nprint(found)\n"
     filtered = f"import sys\nsys.path.insert(0, {str(Path(syscall_filter.__file__).parent)!r})\n" + (

@@ -41,10 +41,11 @@ import time
 import warnings
 from pathlib import Path
 
-from . import confine, judge, zygote
+from . import judge
 from .judge_broker import Broker, BrokerClient
 from .sandbox import launch as sandbox
 from .sandbox import warm, worker
+from .sandbox.inside import confine, zygote
 from .sandbox.isolation import SANDBOX_UID_BASE, SANDBOX_UIDS, _python_mounts, is_root, sandbox_env, system_root_plan
 
 JUDGE_UID_BASE = SANDBOX_UID_BASE - SANDBOX_UIDS  # 58976-59999: beside the programs' uids, never one of them

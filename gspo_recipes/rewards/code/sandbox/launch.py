@@ -39,6 +39,7 @@ import warnings
 from pathlib import Path
 
 from .attempt_limits import POLL_S, AttemptGuard, orphan_uid
+from .inside.assembly import HARNESS_SOURCE
 from .isolation import (  # noqa: F401 (SANDBOX_UID_BASE, SANDBOX_UIDS: this module's public names, kept importable)
     SANDBOX_UID_BASE,
     SANDBOX_UIDS,
@@ -51,12 +52,6 @@ from .isolation import (  # noqa: F401 (SANDBOX_UID_BASE, SANDBOX_UIDS: this mod
 )
 
 BACKENDS = ("bwrap", "unshare", "plain")
-# The plain-data codec first: the harness's serve mode uses it (see wire.py and harness.py).
-# Then the syscall filter the harness installs on itself (syscall_filter.py).
-# The warm zygote's interpreter (`warm.py`) runs the same, with the confinement calls and the zygote in front.
-_source = lambda *names: "".join(Path(__file__).parent.parent.joinpath(name).read_text() for name in names)  # noqa: E731
-_HARNESS_SOURCE = _source("wire.py", "syscall_filter.py", "harness.py")
-ZYGOTE_SOURCE = _source("wire.py", "syscall_filter.py", "confine.py", "zygote.py", "harness.py")
 # The interpreter starts without `site` (-S): processing the environment's .pth files is most of its start-up time.
 # Its package directories are put on sys.path by the harness instead, so model code can still import numpy & co.
 # The interpreter every sandbox runs, normalised: `venv/../.venv/bin/python` names a directory the sandbox's root
@@ -197,7 +192,7 @@ def _probe(backend: str) -> bool:
 
 
 def _python_command() -> list[str]:
-    return [PYTHON, "-I", "-S", "-B", "-c", _HARNESS_SOURCE]
+    return [PYTHON, "-I", "-S", "-B", "-c", HARNESS_SOURCE]
 
 
 def _launch(backend, uid, job, stdin, limits, capture_stdout, capture_stderr) -> Execution:

@@ -76,7 +76,8 @@ class Zygote:
     @classmethod
     def program(cls) -> Zygote:
         """The harness interpreter as the program zygote, in bwrap's root."""
-        from .launch import PYTHON, SITE_DIRS, ZYGOTE_SOURCE
+        from .inside.assembly import ZYGOTE_SOURCE
+        from .launch import PYTHON, SITE_DIRS
 
         plan = program_root_plan()
         if plan is None:

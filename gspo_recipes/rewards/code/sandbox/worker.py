@@ -22,9 +22,9 @@ import signal
 import threading
 import time
 
-from ..wire import MAX_MESSAGE_BYTES, NotPlainData, dumps, loads
 from . import launch, warm
 from .attempt_limits import AttemptGuard, Watchdog, orphan_uid
+from .inside.wire import MAX_MESSAGE_BYTES, NotPlainData, dumps, loads
 from .isolation import uid_slot
 
 # Errors that mean the judge's own process ran out of something (descriptors, processes, memory): its failure, which
