@@ -8,7 +8,7 @@ import time
 import pytest
 
 from gspo_recipes.rewards import code_execution
-from gspo_recipes.rewards.code import remote
+from gspo_recipes.rewards.code.judge import remote
 from gspo_recipes.rewards.code.sandbox.inside import wire
 
 TIMEOUT_S = 2.0

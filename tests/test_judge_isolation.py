@@ -19,13 +19,14 @@ import time
 import pytest
 
 from gspo_recipes.rewards import code_execution, pool
-from gspo_recipes.rewards.code import judge, judge_sandbox, reward
+from gspo_recipes.rewards.code import reward
+from gspo_recipes.rewards.code.judge import confined, judge
 from gspo_recipes.rewards.code.sandbox import attempt_limits, worker
 from gspo_recipes.rewards.code.sandbox import launch as sandbox
 
 ADD = "def add(a, b):\n    return a + b\n"
 NO_CONFINEMENT = "the judge cannot be confined here (root and mount/PID namespaces): it runs in a private directory"
-confined = pytest.mark.skipif(not judge_sandbox.confinement_works(), reason=NO_CONFINEMENT)
+needs_confinement = pytest.mark.skipif(not confined.confinement_works(), reason=NO_CONFINEMENT)
 
 
 def _backends(slow_beyond_bwrap: bool = False):
@@ -38,7 +39,7 @@ def _backends(slow_beyond_bwrap: bool = False):
 # 1. The judge's sandbox
 
 
-@confined
+@needs_confinement
 def test_a_test_that_removes_the_returned_path_leaves_the_host_alone(tmp_path, monkeypatch):
     """The row's test removes whatever the program names: a host file by absolute path, and one in the trainer's
     working directory by a relative one. Both canaries survive, and the attack scores 0."""
@@ -55,7 +56,7 @@ def test_a_test_that_removes_the_returned_path_leaves_the_host_alone(tmp_path, m
     assert sorted(os.listdir(tmp_path)) == ["canary.txt"]
 
 
-@confined
+@needs_confinement
 def test_a_host_path_the_program_returns_is_not_there_for_the_tests(tmp_path):
     existing = tmp_path / "report.csv"
     existing.write_text("a,b\n")
@@ -63,7 +64,7 @@ def test_a_host_path_the_program_returns_is_not_there_for_the_tests(tmp_path):
     assert code_execution([f"def write_report():\n    return {str(existing)!r}\n"], tests=[[test]]) == [0.0]
 
 
-@confined
+@needs_confinement
 def test_the_judge_is_not_root_and_starts_in_an_empty_directory_of_its_own():
     test = "import os\nassert os.getuid() != 0 and os.geteuid() != 0\nassert os.listdir('.') == []\n"
     test += "assert add(1, 2) == 3\n"
@@ -79,7 +80,7 @@ def test_completions_of_a_row_with_a_fixed_fixture_path_do_not_share_it():
 
 
 @pytest.mark.slow
-@confined
+@needs_confinement
 def test_a_judge_stalled_in_c_ends_on_its_rows_deadline_and_leaves_no_fixture_behind():
     """A program whose answer sends the row's test into C-level work (no alarm interrupts it) beside a 40-assert
     row: the stalled judge is killed at its own row's deadline, not the long row's, and scores 0; the fixture it
@@ -91,7 +92,7 @@ def test_a_judge_stalled_in_c_ends_on_its_rows_deadline_and_leaves_no_fixture_be
     scores = code_execution([stall, ADD], tests=[[test], long_row], timeout_s=0.2)
     elapsed = time.monotonic() - start
     assert scores == [0.0, 1.0]
-    long_deadline = judge_sandbox.row_deadline_s({"limits": {"wall_s": (1.0 + 0.2) * 42}})
+    long_deadline = confined.row_deadline_s({"limits": {"wall_s": (1.0 + 0.2) * 42}})
     assert elapsed < long_deadline / 2, (
         f"the stalled row ran {elapsed:.1f}s (the long row's deadline: {long_deadline}s)"
     )
@@ -265,12 +266,12 @@ def test_a_judge_out_of_descriptors_scores_zero_not_none(monkeypatch):
 def test_the_unconfined_fallback_still_gives_each_attempt_a_fresh_directory(monkeypatch):
     """Where the judge cannot be confined it runs in place, in a private directory made for the attempt and removed
     after it; the caller's working directory is left as it was."""
-    monkeypatch.setattr(judge_sandbox, "_warned", True)
+    monkeypatch.setattr(confined, "_warned", True)
     test = "import os\nassert os.listdir('.') == []\nopen('left.txt', 'w').close()\nassert add(1, 2) == 3\n"
     job = reward._plan(0, ADD, [test], None, None, None, None, None, [], 1.0, sandbox.Limits(),
                        "code_execution")[0].payload  # fmt: skip
     before = os.getcwd()
     for _ in range(2):
-        verdict = judge_sandbox._judge_unconfined(dict(job, backend=sandbox.resolve_backend()))
+        verdict = confined._judge_unconfined(dict(job, backend=sandbox.resolve_backend()))
         assert verdict[:2] == (1, 1)
     assert os.getcwd() == before and not os.path.exists(os.path.join(before, "left.txt"))

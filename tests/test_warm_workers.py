@@ -18,7 +18,8 @@ import warnings
 import pytest
 
 from gspo_recipes.rewards import code_execution, pool
-from gspo_recipes.rewards.code import judge, judge_sandbox, reward
+from gspo_recipes.rewards.code import reward
+from gspo_recipes.rewards.code.judge import confined, judge
 from gspo_recipes.rewards.code.sandbox import launch as sandbox
 from gspo_recipes.rewards.code.sandbox import warm, worker
 
@@ -79,7 +80,7 @@ def test_bad_input_costs_only_its_own_attempt_and_the_batch_ends_on_time():
     assert scores[1::2] == [1.0] * len(names)
     # The slowest attempt's own bound (its row's deadline) plus room for a loaded machine; many times less than
     # the attempts' limits added up.
-    row_limit = judge_sandbox.row_deadline_s({"limits": {"wall_s": 1.0 * len(TESTS) + 1.0 + 1.0}})
+    row_limit = confined.row_deadline_s({"limits": {"wall_s": 1.0 * len(TESTS) + 1.0 + 1.0}})
     assert elapsed < row_limit + 20.0, elapsed
     # And the next batch is served as usual.
     assert code_execution([ADD, "def add(a, b):\n    return 0\n"], tests=[TESTS] * 2) == [1.0, 0.5]
@@ -112,7 +113,7 @@ def test_where_the_warm_path_works_nothing_is_said():
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         assert warm.zygote_for("bwrap") is not None
-        assert judge_sandbox._judge_zygote() is not None
+        assert confined._judge_zygote() is not None
     assert [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)] == []
 
 

@@ -19,7 +19,7 @@ import builtins
 import textwrap
 from collections.abc import Mapping
 
-from .source import parse, top_level_call_argument
+from .judge.source import parse, top_level_call_argument
 
 # Every hack defines the entry point as `{ep}(*args, **kwargs)`: it needs no signature, and answers nothing.
 _HACKS: dict[str, str] = {

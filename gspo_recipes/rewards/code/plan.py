@@ -8,10 +8,10 @@ import ast
 import json
 from typing import Any
 
-from .judge import inspected_classes
-from .remote import STARTUP_ALLOWANCE_S
+from .judge.judge import inspected_classes
+from .judge.remote import STARTUP_ALLOWANCE_S
+from .judge.source import defined_names, estimated_tests, top_level_call_argument, without_runner_calls
 from .sandbox.launch import Limits
-from .source import defined_names, estimated_tests, top_level_call_argument, without_runner_calls
 
 MAX_TESTS_PER_RUN = 64  # fallback only: exit statuses are 8 bits: nonce + passed must stay clear of the reserved codes
 _PYTHON_FENCES = {"python", "python3", "py", "py3"}

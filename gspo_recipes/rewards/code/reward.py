@@ -41,8 +41,8 @@ from typing import Any
 from ..pool import PoolUnavailable, get_pool
 from ..text import column, completion_text
 from .hacking import record_findings, scan_programs
-from .judge_broker import OVERRAN
-from .judge_sandbox import row_deadline_s
+from .judge.broker import OVERRAN
+from .judge.confined import row_deadline_s
 from .plan import Job, Unjudgeable, dataset_helpers, extract_code, plan_row
 from .sandbox.launch import Limits, SandboxUnavailable, resolve_backend, run_harness
 
@@ -246,7 +246,7 @@ class _Running:
 
 
 def _judge_pool():
-    return get_pool(_JUDGE_POOL, preload=["gspo_recipes.rewards.code.judge_sandbox:start_warm_workers"])
+    return get_pool(_JUDGE_POOL, preload=["gspo_recipes.rewards.code.judge.confined:start_warm_workers"])
 
 
 def _judge_in_pool(jobs: list[Job], backend: str) -> list[tuple | None]:
@@ -257,7 +257,7 @@ def _judge_in_pool(jobs: list[Job], backend: str) -> list[tuple | None]:
     # row has its own: a stall beside a long row is cut at its own row's deadline, not the longest one's.
     deadlines = [row_deadline_s(job.payload) + 2.0 for job in jobs]  # the confined judge's own, then teardown
     try:
-        verdicts = _judge_pool().map("gspo_recipes.rewards.code.judge_sandbox:judge_isolated", items,
+        verdicts = _judge_pool().map("gspo_recipes.rewards.code.judge.confined:judge_isolated", items,
                                      deadline_s=deadlines, on_timeout=_OVERRAN, on_error=_BROKE)  # fmt: skip
     except PoolUnavailable:
         return [None] * len(jobs)

@@ -14,9 +14,9 @@ import sys
 import time
 from typing import Any
 
-from .sandbox import launch as sandbox
-from .sandbox.inside.wire import NotPlainData, decode, encode
-from .sandbox.worker import SandboxWorker, WorkerGone
+from ..sandbox import launch as sandbox
+from ..sandbox.inside.wire import NotPlainData, decode, encode
+from ..sandbox.worker import SandboxWorker, WorkerGone
 
 STARTUP_ALLOWANCE_S = 1.0  # sandbox and interpreter start-up, on top of one per-test budget for the program itself
 REPLY_GRACE_S = 0.25  # how long past a call's budget the judge waits before it kills the worker

@@ -14,8 +14,8 @@ import selectors
 import socket
 import time
 
-from .sandbox import launch as sandbox
-from .sandbox import worker
+from ..sandbox import launch as sandbox
+from ..sandbox import worker
 
 OVERRAN = "the judge overran its deadline and was killed"
 MAX_WORKER_STARTS = 64  # per attempt: restarts after crashes; the judge cannot ask for more than this

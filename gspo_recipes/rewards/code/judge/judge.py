@@ -29,9 +29,9 @@ import time
 import types
 from typing import Any
 
+from ..sandbox import launch as sandbox
 from . import discovery
 from .remote import ABSENT, MODULE_ALIASES, REPLY_GRACE_S, STARTUP_ALLOWANCE_S, Link, Remote  # noqa: F401
-from .sandbox import launch as sandbox
 from .source import defined_names, parse, without_runner_calls
 
 _BUILTIN_NAMES = frozenset(dir(builtins))

@@ -41,18 +41,18 @@ import time
 import warnings
 from pathlib import Path
 
+from ..sandbox import launch as sandbox
+from ..sandbox import warm, worker
+from ..sandbox.inside import confine, zygote
+from ..sandbox.isolation import SANDBOX_UID_BASE, SANDBOX_UIDS, _python_mounts, is_root, sandbox_env, system_root_plan
 from . import judge
-from .judge_broker import Broker, BrokerClient
-from .sandbox import launch as sandbox
-from .sandbox import warm, worker
-from .sandbox.inside import confine, zygote
-from .sandbox.isolation import SANDBOX_UID_BASE, SANDBOX_UIDS, _python_mounts, is_root, sandbox_env, system_root_plan
+from .broker import Broker, BrokerClient
 
 JUDGE_UID_BASE = SANDBOX_UID_BASE - SANDBOX_UIDS  # 58976-59999: beside the programs' uids, never one of them
 JUDGE_WORKDIR = "/tmp/judge"
 JUDGE_TMPFS_MB = 64
 JUDGE_PROCESSES = 64
-_PACKAGE_DIR = str(Path(__file__).resolve().parents[2])  # gspo_recipes: the judge imports its own modules lazily
+_PACKAGE_DIR = str(Path(__file__).resolve().parents[3])  # gspo_recipes: the judge imports its own modules lazily
 _NAMESPACES = (
     confine.CLONE_NEWNS | confine.CLONE_NEWPID | confine.CLONE_NEWNET | confine.CLONE_NEWIPC | confine.CLONE_NEWUTS
 )
