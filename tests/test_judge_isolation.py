@@ -221,7 +221,7 @@ def test_an_alarm_during_close_leaks_no_descriptor_and_still_arrives(monkeypatch
 
     previous = signal.signal(signal.SIGALRM, on_alarm)
     try:
-        channel = worker.SandboxWorker(backend, ADD, 1.0, sandbox.Limits(wall_s=10))
+        channel = worker.SandboxWorker(worker.WorkerSpec(backend, ADD, 1.0, sandbox.Limits(wall_s=10)))
         assert channel.receive(10.0) == ["ready"]
         signal.setitimer(signal.ITIMER_REAL, 0.05)
         with pytest.raises(_Alarm):

@@ -95,7 +95,7 @@ def test_a_zygote_that_died_is_replaced():
         time.sleep(0.01)
     second = warm.zygote_for("bwrap")
     assert second is not None and second is not first and second.alive
-    channel = worker.SandboxWorker("bwrap", ADD, 1.0, sandbox.Limits())
+    channel = worker.SandboxWorker(worker.WorkerSpec("bwrap", ADD, 1.0, sandbox.Limits()))
     try:
         assert channel.receive(10.0) == ["ready"]
         assert channel.request(["call", ["name", "add"], [1, 2], [], 1.0], 10.0)[:2] == ["ok", 3]
@@ -124,12 +124,12 @@ def test_a_warm_attempt_leaks_no_descriptor(monkeypatch):
     warm.zygote_for("bwrap")
     before = _open_fds()
     for program in (ADD, "import os\nos._exit(3)\n", "x = ("):
-        channel = worker.SandboxWorker("bwrap", program, 1.0, sandbox.Limits())
+        channel = worker.SandboxWorker(worker.WorkerSpec("bwrap", program, 1.0, sandbox.Limits()))
         channel.receive(10.0) if program == ADD else None
         channel.close()
     slow = warm._readable
     monkeypatch.setattr(warm, "_readable", lambda fd, timeout_s: time.sleep(0.2) or slow(fd, timeout_s))
-    channel = worker.SandboxWorker("bwrap", ADD, 1.0, sandbox.Limits())
+    channel = worker.SandboxWorker(worker.WorkerSpec("bwrap", ADD, 1.0, sandbox.Limits()))
     channel.close()
     assert _open_fds() == before
 
@@ -159,7 +159,7 @@ def test_without_the_warm_path_attempts_start_one_by_one_and_it_is_said_once(mon
     messages = [str(w.message) for w in caught if "warm code workers are off" in str(w.message)]
     assert len(messages) == 1 and "root" in messages[0]
     if sandbox._works("bwrap"):
-        channel = worker.SandboxWorker("bwrap", ADD, 1.0, sandbox.Limits())
+        channel = worker.SandboxWorker(worker.WorkerSpec("bwrap", ADD, 1.0, sandbox.Limits()))
         try:
             assert channel.receive(30.0) == ["ready"]
         finally:

@@ -5,9 +5,11 @@ chunks), and the dataset's helper code is found. Parsing only; nothing runs here
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 from typing import Any
 
+from .judge.confined import start_warm_workers
 from .judge.judge import inspected_classes
 from .judge.remote import STARTUP_ALLOWANCE_S
 from .judge.source import defined_names, estimated_tests, top_level_call_argument, without_runner_calls
@@ -205,3 +207,21 @@ def _as_text(value: Any) -> str:
 
 def _with_wall(limits: Limits, wall_s: float) -> Limits:
     return Limits(**{**limits.__dict__, "wall_s": wall_s})
+
+
+# Our own rows, judged once in each judging pool process before the judge's zygote is forked from it (see
+# `judge.confined.start_warm_workers`). An honest program of ours; nothing of a dataset's or a model's.
+_WARM_UP_ROWS = (
+    ("def add(a, b):\n    return a + b\n", ["assert add(1, 2) == 3", "assert add(-1, 1) == 0"], None),
+    ("def add(a, b):\n    return a + b\n", "def check(candidate):\n    assert candidate(2, 3) == 5\n", "add"),
+)
+
+
+def start_judge_workers() -> None:
+    """The judging pool's preload: the warm workers, warmed up on our own rows (the planner stays on this side)."""
+    jobs = []
+    for program, tests, entry_point in _WARM_UP_ROWS:
+        with contextlib.suppress(Exception):  # a warm-up that fails costs only speed
+            [job] = plan_row(program, tests, None, entry_point, None, [], 5.0, Limits())
+            jobs.append(job.payload)
+    start_warm_workers(jobs)

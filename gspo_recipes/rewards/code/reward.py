@@ -246,7 +246,7 @@ class _Running:
 
 
 def _judge_pool():
-    return get_pool(_JUDGE_POOL, preload=["gspo_recipes.rewards.code.judge.confined:start_warm_workers"])
+    return get_pool(_JUDGE_POOL, preload=["gspo_recipes.rewards.code.plan:start_judge_workers"])
 
 
 def _judge_in_pool(jobs: list[Job], backend: str) -> list[tuple | None]:

@@ -1,5 +1,5 @@
 """The unconfined side of a confined judge: the broker that starts and ends the program's workers when the judge
-asks (the judge, confined, cannot start sandboxes itself), and the judge's client for it (`worker.broker`).
+asks (the judge, confined, cannot start sandboxes itself), and the judge's client for it (`BrokerClient`).
 
 The judge chooses nothing but when: the broker starts the attempt's own program with the attempt's own limits, and
 hands the judge the worker's two pipes. Every worker it started is ended before `Broker.serve` returns.
@@ -81,8 +81,8 @@ class Broker:
         self.starts += 1
         job = self.job
         try:
-            process = worker.WorkerProcess(job["backend"], job["program"], job["per_test_s"],
-                                           sandbox.Limits(**job["limits"]))  # fmt: skip
+            spec = worker.WorkerSpec(job["backend"], job["program"], job["per_test_s"], sandbox.Limits(**job["limits"]))
+            process = worker.WorkerProcess(spec)
         except OSError as error:
             return self._send(["failed", error.errno or 0, str(error)[:200]])
         self.workers[self.starts] = process
@@ -107,13 +107,13 @@ class Broker:
 
 
 class BrokerClient:
-    """The judge's way to start workers (installed as `worker.broker` in the confined process)."""
+    """The judge's way to start workers (the confined judge's `start_worker`)."""
 
     def __init__(self, sock: socket.socket):
         self.sock = sock
         sock.settimeout(60.0)  # the broker answers at once; this only bounds a broker that died
 
-    def __call__(self, backend, program, per_test_s, limits):
+    def __call__(self, spec: worker.WorkerSpec):
         # The broker starts the attempt's own program with its own limits: the judge chooses nothing but when.
         self.sock.send(b'["start"]')
         message, fds, _, _ = socket.recv_fds(self.sock, 4096, 2)

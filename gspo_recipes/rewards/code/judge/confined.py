@@ -39,6 +39,7 @@ import sys
 import tempfile
 import time
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 
 from ..sandbox import launch as sandbox
@@ -63,35 +64,25 @@ def row_deadline_s(payload: dict) -> float:
     return payload["limits"]["wall_s"] * 1.5 + 3.0
 
 
-def start_warm_workers() -> None:
+def start_warm_workers(warm_up_jobs: Sequence[dict] = ()) -> None:
     """Run once in each judging pool process before its first attempt: the judge's zygote (a fork of this process,
     clean: it has judged nothing yet) and the program's (`warm.py`), so that both are the process's own from the
-    start."""
+    start. `warm_up_jobs` (planned by the caller, `plan.start_judge_workers`) are judged here first, once."""
     try:
         backend = sandbox.resolve_backend()
         if warm.zygote_for(backend) is not None:
-            _warm_up(backend)
+            _warm_up(backend, warm_up_jobs)
     except sandbox.SandboxUnavailable:
         pass  # every attempt reports it
     _judge_zygote()
 
 
-# Our own rows, judged once in this process before the judge's zygote is forked from it: the judge's code paths
-# (the parser, the codec, the collection) then have their lazy set-up done, which every attempt would otherwise
-# pay for again in copied pages. An honest program of ours; nothing of a dataset's or a model's.
-_WARM_UP_ROWS = (
-    ("def add(a, b):\n    return a + b\n", ["assert add(1, 2) == 3", "assert add(-1, 1) == 0"], None),
-    ("def add(a, b):\n    return a + b\n", "def check(candidate):\n    assert candidate(2, 3) == 5\n", "add"),
-)
-
-
-def _warm_up(backend: str) -> None:
-    from .plan import plan_row  # the planner, which the trainer runs: here only for our own rows
-
-    for program, tests, entry_point in _WARM_UP_ROWS:
+def _warm_up(backend: str, jobs: Sequence[dict]) -> None:
+    # Judged before the judge's zygote is forked from this process: the judge's code paths (the parser, the codec,
+    # the collection) then have their lazy set-up done, which every attempt would otherwise pay again in copied pages.
+    for job in jobs:
         with contextlib.suppress(Exception):  # a warm-up that fails costs only speed
-            [job] = plan_row(program, tests, None, entry_point, None, [], 5.0, sandbox.Limits())
-            _judge_unconfined(dict(job.payload, backend=backend), quiet=True)
+            _judge_unconfined(dict(job, backend=backend), quiet=True)
 
 
 def judge_isolated(job: dict):
@@ -198,8 +189,8 @@ def _judge_payload(fds: tuple[int, int, int]) -> None:
 
 def _judge_and_reply(job: dict, sock_fd: int, result_write: int) -> None:
     try:
-        worker.broker = BrokerClient(socket.socket(fileno=sock_fd))
-        data = json.dumps(judge.judge_tests(job), default=str).encode()
+        start_worker = BrokerClient(socket.socket(fileno=sock_fd))
+        data = json.dumps(judge.judge_tests(job, start_worker), default=str).encode()
     except BaseException as error:  # noqa: BLE001
         _exit_failed(error)
     worker.write_all(result_write, data)

@@ -30,6 +30,7 @@ import types
 from typing import Any
 
 from ..sandbox import launch as sandbox
+from ..sandbox.worker import WorkerStarter
 from . import discovery
 from .remote import ABSENT, MODULE_ALIASES, REPLY_GRACE_S, STARTUP_ALLOWANCE_S, Link, Remote  # noqa: F401
 from .source import defined_names, parse, without_runner_calls
@@ -47,7 +48,7 @@ class Refused(Exception):
     """No completion of this row can be judged (its tests cannot be collected, or it names no entry point)."""
 
 
-def judge_tests(job: dict) -> tuple[int, int, dict] | None:
+def judge_tests(job: dict, start_worker: WorkerStarter | None = None) -> tuple[int, int, dict] | None:
     """(tests passed, tests run, report) for one row, or None when no sandbox could run the program.
 
     `job`: program, kind ("asserts": a list of statements, each one test; "script": one test script), tests,
@@ -61,7 +62,7 @@ def judge_tests(job: dict) -> tuple[int, int, dict] | None:
     # `programs_doing`: names the tests use whose value is the program's doing (missing, or data it defined)
     report: dict[str, Any] = {"uncalled": 0, "setup_error": None, "missing_helpers": [], "programs_doing": []}
     row_deadline = time.monotonic() + (STARTUP_ALLOWANCE_S + job["per_test_s"]) * (total + 2)
-    link = Link(job, row_deadline)
+    link = Link(job, row_deadline, start_worker)
     try:
         if not link.ensure():
             return 0, total, report

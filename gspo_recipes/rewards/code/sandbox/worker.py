@@ -21,6 +21,8 @@ import selectors
 import signal
 import threading
 import time
+from collections.abc import Callable
+from typing import NamedTuple
 
 from . import launch, warm
 from .attempt_limits import AttemptGuard, Watchdog, orphan_uid
@@ -40,11 +42,26 @@ class JudgeExhausted(RuntimeError):
     """The judge's process could not start a worker for lack of its own resources: the completion scores 0."""
 
 
+class WorkerSpec(NamedTuple):
+    """What one worker is started for (judge -> sandbox): the attempt's program, its backend and its limits."""
+
+    backend: str
+    program: str
+    per_test_s: float
+    limits: launch.Limits
+
+
+# Where a worker comes from when the judge may not start sandboxes itself (confined: `judge/broker.py`): the
+# judge's ends of its pipes (requests, replies) and what ends it.
+WorkerStarter = Callable[[WorkerSpec], tuple[int, int, Callable[[], None]]]
+
+
 class WorkerProcess:
     """The harness in serve mode, started in the sandbox: `requests` (write) and `replies` (read) are the judge's
     ends of its pipes. Always `end()` it."""
 
-    def __init__(self, backend: str, program: str, per_test_s: float, limits: launch.Limits):
+    def __init__(self, spec: WorkerSpec):
+        backend, program, per_test_s, limits = spec
         self.namespaced = backend != "plain"
         self.requests = self.replies = self.process = self._guard = self._watchdog = None
         self._cleanup = lambda: None
@@ -137,20 +154,16 @@ def _end_process(process, namespaced: bool) -> None:
     process.wait()
 
 
-# Set inside a confined judge (see `judge_sandbox.py`): starts workers in the unconfined parent and returns
-# (requests, replies, end) for them.
-broker = None
-
-
 class SandboxWorker:
-    """The judge's end of one worker. Use it, then always `close()` it."""
+    """The judge's end of one worker. Use it, then always `close()` it. `start`, when given, starts the worker
+    elsewhere (a confined judge's broker); else it starts here."""
 
-    def __init__(self, backend: str, program: str, per_test_s: float, limits: launch.Limits):
+    def __init__(self, spec: WorkerSpec, start: WorkerStarter | None = None):
         try:
-            if broker is not None:
-                self._requests, self._replies, self._end = broker(backend, program, per_test_s, limits)
+            if start is not None:
+                self._requests, self._replies, self._end = start(spec)
             else:
-                process = WorkerProcess(backend, program, per_test_s, limits)
+                process = WorkerProcess(spec)
                 self._requests, self._replies = process.hand_over()
                 self._end = process.end
         except OSError as error:
