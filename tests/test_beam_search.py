@@ -4,7 +4,7 @@ sampler mode refuses it at config time."""
 import logging
 
 import pytest
-from conftest import digit_count_reward, tiny_config
+from support import digit_count_reward, tiny_config
 
 from gspo_recipes import GSPOConfig, GSPOTrainer
 

@@ -7,7 +7,7 @@ import re
 
 import pytest
 import torch
-from conftest import digit_count_reward, launch_two_cpu_processes, tiny_config
+from support import digit_count_reward, launch_two_cpu_processes, tiny_config
 
 from gspo_recipes import GSPOTrainer
 from gspo_recipes.commands.calibrate import calibrate_epsilons

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 import torch
-from conftest import digit_count_reward, launch_two_cpu_processes, plain_grpo_config, tiny_config
+from support import digit_count_reward, launch_two_cpu_processes, plain_grpo_config, tiny_config
 from trl import GRPOTrainer
 
 from gspo_recipes import GSPOTrainer

@@ -6,8 +6,8 @@ import logging
 import math
 
 import pytest
-from conftest import digit_count_reward, plain_grpo_config, tiny_config
 from datasets import Dataset
+from support import digit_count_reward, plain_grpo_config, tiny_config
 from trl import GRPOTrainer
 
 from gspo_recipes import GSPOTrainer

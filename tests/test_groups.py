@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import launch_two_cpu_processes, tiny_config, tiny_moe_model_and_tokenizer
+from support import launch_two_cpu_processes, tiny_config, tiny_moe_model_and_tokenizer
 
 from gspo_recipes import GSPOConfig, GSPOTrainer
 from gspo_recipes.stats.groups import LowSignalWarning, group_counts, group_fractions, signal_reward_index

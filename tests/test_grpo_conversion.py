@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import TINY_RUN, digit_count_reward, plain_grpo_config
+from support import TINY_RUN, digit_count_reward, plain_grpo_config
 from trl import GRPOConfig, TrlParser
 
 from gspo_recipes import GSPOConfig, GSPOTrainer

@@ -7,7 +7,7 @@ import json
 import logging
 
 import pytest
-from conftest import launch_two_cpu_processes, tiny_config
+from support import launch_two_cpu_processes, tiny_config
 
 from gspo_recipes import GSPOConfig, GSPOTrainer
 from gspo_recipes.callbacks import HeldoutEvalCallback

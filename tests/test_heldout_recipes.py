@@ -7,7 +7,7 @@ import json
 from types import SimpleNamespace
 
 import pytest
-from conftest import tiny_config
+from support import tiny_config
 
 from gspo_recipes import GSPOTrainer
 from gspo_recipes.recipe import RecipeArguments, add_heldout_eval, load_train_dataset, split_heldout

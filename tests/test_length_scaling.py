@@ -8,7 +8,7 @@ import math
 
 import pytest
 import torch
-from conftest import assert_grads_close, tiny_config
+from support import assert_grads_close, tiny_config
 from test_trainer import crafted_batch, loss_and_grads, make_pair, with_old_logps
 
 from gspo_recipes.loss import clipped_sides, gspo_loss, gspo_token_objective, length_scaled_epsilons
@@ -334,8 +334,8 @@ def varied_length_run(output_dir, scaled: bool, max_steps=20):
     spread ~10x wider, far more than the long ones."""
     import json
 
-    from conftest import length_reward
     from datasets import Dataset
+    from support import length_reward
 
     from gspo_recipes import GSPOTrainer
     from gspo_recipes.builtin.tiny import build_tiny_model_and_tokenizer
@@ -400,8 +400,8 @@ def test_a_run_whose_short_responses_clip_more_warns_and_the_scaled_range_does_n
 
 
 def scaled_calibrating_trainer(output_dir, max_steps, **overrides):
-    from conftest import digit_count_reward
     from datasets import Dataset
+    from support import digit_count_reward
 
     from gspo_recipes import GSPOTrainer
     from gspo_recipes.builtin.tiny import build_tiny_model_and_tokenizer
@@ -456,7 +456,7 @@ def test_automatic_calibration_of_the_scaled_range_and_resume(tmp_path, caplog):
 )
 def test_scaled_range_off_the_default_path_records_per_response_clips(tmp_path, tiny, prompt_dataset, overrides):
     """Whatever the schedule, every recorded clip flag is the one the response's own scaled range gives."""
-    from conftest import digit_count_reward
+    from support import digit_count_reward
 
     from gspo_recipes import GSPOTrainer
     from gspo_recipes.callbacks import attach_response_stats
@@ -487,7 +487,7 @@ def test_two_process_calibration_of_the_scaled_range_resumes_as_the_uninterrupte
     """Both processes' samples, lengths included, survive the checkpoint; the resumed run fixes the same range."""
     import json
 
-    from conftest import launch_two_cpu_processes
+    from support import launch_two_cpu_processes
 
     monkeypatch.setenv("GSPO_TEST_REFERENCE_LENGTH", "4")
     full, resumed = tmp_path / "full.json", tmp_path / "resumed.json"

@@ -4,7 +4,7 @@ import math
 
 import pytest
 import torch
-from conftest import assert_close_to_rounding
+from support import assert_close_to_rounding
 
 from gspo_recipes.loss import EPS_HIGH, EPS_LOW, grpo_token_loss, gspo_loss, gspo_token_objective
 

@@ -3,7 +3,7 @@ mask_truncated_completions: equal to TRL's GRPOTrainer on a crafted off-policy b
 
 import pytest
 import torch
-from conftest import digit_count_reward, tiny_config
+from support import digit_count_reward, tiny_config
 from test_trainer import crafted_batch, loss_and_grads, make_pair, with_old_logps
 
 from gspo_recipes import GSPOTrainer

@@ -4,7 +4,7 @@ statistics and health warnings speak only about the clip the loss applies."""
 import logging
 
 import pytest
-from conftest import digit_count_reward, tiny_config
+from support import digit_count_reward, tiny_config
 from test_loss_options import assert_same_loss_and_grads
 from test_trainer import crafted_batch, make_pair, with_old_logps
 

@@ -6,7 +6,7 @@ import types
 
 import pytest
 import torch
-from conftest import assert_close_to_rounding, assert_grads_close
+from support import assert_close_to_rounding, assert_grads_close
 
 from gspo_recipes.moe import (
     MOE_FAMILIES,
@@ -120,7 +120,7 @@ def test_replay_reproduces_the_recorded_pass_and_its_gradients(family):
 
 
 def test_gradient_comparison_passes_rounding_at_any_scale_and_catches_a_1e_4_error():
-    """The suite's gradient comparison (conftest.assert_grads_close) on gpt_oss's replay gradients: a float32 rounding
+    """The suite's gradient comparison (support.assert_grads_close) on gpt_oss's replay gradients: a float32 rounding
     difference of 1e-6 relative passes on a tensor of any scale (another CPU; a fixed atol=1e-6 fails once the
     tensor's scale passes 1), and an error of 1e-4, relative or absolute, in one element is caught."""
     replayed, plain = replayed_and_plain_gradients("gpt_oss")

@@ -4,7 +4,7 @@ import json
 
 import pytest
 import torch
-from conftest import (
+from support import (
     digit_count_reward,
     launch_two_cpu_processes,
     plain_grpo_config,

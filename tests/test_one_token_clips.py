@@ -6,7 +6,7 @@ import logging
 
 import pytest
 import torch
-from conftest import assert_close_to_rounding, digit_count_reward, plain_grpo_config, tiny_config
+from support import assert_close_to_rounding, digit_count_reward, plain_grpo_config, tiny_config
 from trl import GRPOTrainer
 
 from gspo_recipes import GSPOTrainer

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import launch_two_cpu_processes
+from support import launch_two_cpu_processes
 
 from gspo_recipes.commands import passrate, passrate_sampling
 from gspo_recipes.commands.cli import main as gspo

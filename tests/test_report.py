@@ -7,7 +7,7 @@ import struct
 
 import numpy as np
 import pytest
-from conftest import digit_count_reward, tiny_config
+from support import digit_count_reward, tiny_config
 
 import gspo_recipes.commands.report as rep
 

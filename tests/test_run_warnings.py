@@ -3,7 +3,7 @@ repeat a step, read and report without error; the lines carry what the report's 
 
 import json
 
-from conftest import digit_count_reward, plain_grpo_config, tiny_config
+from support import digit_count_reward, plain_grpo_config, tiny_config
 from trl import GRPOTrainer
 
 import gspo_recipes.commands.report as rep
@@ -137,7 +137,7 @@ def test_record_warning_notes_the_step_it_was_given_at():
 def test_the_routing_monitor_hands_its_warning_to_the_hook(caplog):
     """When a kernel bypasses the experts' hooks, volatility stops being measured: said once, and recorded."""
     import torch
-    from conftest import tiny_moe_model_and_tokenizer
+    from support import tiny_moe_model_and_tokenizer
 
     from gspo_recipes.moe.monitor import RoutingMonitor
 

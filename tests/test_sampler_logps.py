@@ -9,7 +9,7 @@ import math
 
 import pytest
 import torch
-from conftest import digit_count_reward, tiny_config
+from support import digit_count_reward, tiny_config
 from trl import GRPOTrainer, TrlParser
 
 from gspo_recipes import GSPOConfig, GSPOTrainer

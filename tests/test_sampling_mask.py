@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from conftest import assert_grads_close, digit_count_reward, tiny_config
+from support import assert_grads_close, digit_count_reward, tiny_config
 from trl import GRPOTrainer
 from trl.trainer.utils import shuffle_sequence_dict, split_tensor_dict
 
@@ -372,7 +372,7 @@ def test_two_processes_keep_each_rows_sets(tmp_path):
     """Two processes over gloo, sampler mode at top_p 0.8: the on-policy comparison (gathered from both) is exact."""
     import json
 
-    from conftest import launch_two_cpu_processes
+    from support import launch_two_cpu_processes
 
     launch_two_cpu_processes("two_process_sampling_mask.py", str(tmp_path), cwd=tmp_path, timeout=300)
     history = json.loads((tmp_path / "history.json").read_text())

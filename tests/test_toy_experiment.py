@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import assert_close_to_rounding
+from support import assert_close_to_rounding
 
 from gspo_recipes.loss import gspo_loss
 

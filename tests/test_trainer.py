@@ -5,7 +5,7 @@ import logging
 
 import pytest
 import torch
-from conftest import assert_grads_close, digit_count_reward, length_reward, tiny_config
+from support import assert_grads_close, digit_count_reward, length_reward, tiny_config
 from trl import GRPOConfig, GRPOTrainer, TrlParser
 
 from gspo_recipes import GSPOConfig, GSPOTrainer

@@ -10,7 +10,7 @@ import pathlib
 import pytest
 import torch
 import trl
-from conftest import digit_count_reward, tiny_config
+from support import digit_count_reward, tiny_config
 from trl import GRPOTrainer
 
 from gspo_recipes import GSPOConfig, GSPOTrainer, _trl

@@ -1,4 +1,4 @@
-"""Reward-hacking completions for `add(a, b)`, one or more per root cause of issue 10, for tests/test_reward_hacking.py.
+"""Reward-hacking completions for `add(a, b)`, one or more per root cause of issue 10, for test_reward_hacking.py.
 
 Each returns garbage (`a - b`, or an object standing for it) and tries to get it passed anyway. None needs to know which
 test style it faces: the same program runs against asserts, a HumanEval `check` script and stdin/stdout cases.

@@ -336,7 +336,7 @@ def test_killing_the_parent_process(backend):
                              backend={backend!r}, timeout_s={TIMEOUT_S}))
         """
     )
-    root = str(Path(__file__).resolve().parents[1])
+    root = str(Path(__file__).resolve().parents[3])
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
     done = subprocess.run([sys.executable, "-c", caller], capture_output=True, text=True, timeout=60, env=env)
     assert done.returncode == 0, done.stderr
