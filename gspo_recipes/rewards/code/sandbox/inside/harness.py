@@ -298,6 +298,5 @@ def _call(request, target, decode, as_data):
 if __name__ == "__main__":
     import sys
 
-    if sys.argv[1:2] == ["zygote"]:  # the warm zygote (`zygote.py`, in front of this source only in that case)
-        globals()["_zygote"](int(sys.argv[2]))
-    _run_harness()
+    if sys.argv[1:2] != ["zygote"]:  # the warm zygote (`zygote.py`, after this file in its source) runs it per attempt
+        _run_harness()

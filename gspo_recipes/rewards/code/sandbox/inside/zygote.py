@@ -85,8 +85,9 @@ def serve(sock, payload, own_pid_namespace):
                 os.close(fd)
 
 
-def _zygote(sock_fd):
-    """The program zygote's entry point in the harness (`python -I -S -B -c SOURCE zygote FD`)."""
+def _zygote(sock_fd, run_harness):
+    """The program zygote's entry point in the harness (`python -I -S -B -c SOURCE zygote FD`): `run_harness` is
+    harness.py's, which follows this file in the source and so passes it in."""
     import json
     import os
     import socket
@@ -102,7 +103,6 @@ def _zygote(sock_fd):
         sock.send(json.dumps(["failed", error.errno or 0, str(error)[:200]]).encode())
         os._exit(1)
     sock.send(b'["ready"]')
-    run_harness = globals()["_run_harness"]  # harness.py's, which follows this file in the source
     serve(sock, lambda fds: run_harness(fds[0], (fds[1], fds[2])), own_pid_namespace)
 
 
@@ -181,3 +181,7 @@ def _attempt(request, fds, payload):
         os._exit(1)
     payload(fds)
     os._exit(0)
+
+
+if __name__ == "__main__":  # the last file of the zygote's source (`assembly.py`): everything it takes is defined
+    _zygote(int(_sys.argv[2]), globals()["_run_harness"])
