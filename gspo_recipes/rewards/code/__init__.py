@@ -1,10 +1,9 @@
 """Code rewards: the completion's program runs in a sandbox, the dataset's tests run in a judge that never runs it.
 
-Layers, bottom to top: `isolation` (uids, environments, bwrap/unshare command lines), `syscall_filter` (what the
-sandbox refuses), `attempt_limits` (memory and CPU per attempt as a whole) and `sandbox` (backends, launch,
-supervision); `wire` (plain data across the boundary) and `harness` (what runs inside the sandbox); `worker` (the
-long-lived sandboxed process) and `judge` (the tests, outside it), which `judge_sandbox` runs confined, one process
-per attempt; `hacking` (a static scan of the completions); `reward` (the reward functions TRL calls).
+Four parts, imports running down only (docs/code-sandbox.md, "The four parts"): this folder is the face TRL calls
+(`reward`, `plan`, `hacking`, `audit_cases`); `judge/` runs the dataset's tests, never model code; `sandbox/` is the
+host side that launches, confines, limits and supervises; `sandbox/inside/` is what runs in the sandboxed
+interpreter (standard library only, concatenated in the order `sandbox/inside/assembly.py` keeps).
 """
 
 from .reward import code_execution, code_execution_binary, extract_code

@@ -1,15 +1,6 @@
 """The adversarial suite for code rewards, built for any dataset row: `code_audit_cases(row)`.
 
-Each case is (family, completion text, should_pay). The reward-hacking moves apply to any row (they never solve it):
-exit tricks, patched builtins and comparisons, skipped tests, state kept between attempts, `StopIteration`, a
-mutated argument returned; an honest wrong answer beside them; and, where the row carries its reference solution
-(MBPP's `code`, HumanEval's `prompt` + `canonical_solution`), that reference, which should be paid. A reward passes
-the audit when it pays exactly the cases marked should_pay (`gspo audit-reward` runs it).
-
-A generated case is checked before it is trusted: each move comes with its twin (`code_case_twins`), a program that
-answers as the move does when its trick fails (the keyring move answers -1, the refused call's result) and has no
-trick. Where the row's own tests pay the move no more than its twin, the move's credit is its answer's, right on
-this row, not its trick's: the audit leaves it out there (and says how many), rather than count a false alarm.
+The rest of this module's notes: docs/code-sandbox.md, "Module notes", audit_cases.py.
 """
 
 from __future__ import annotations

@@ -1,31 +1,6 @@
 """Code rewards: run the completion's Python against the row's tests, in the sandbox, in parallel.
 
-Test columns (one of them per row; MBPP's `test_list`, HumanEval's `test` and APPS' `input_output` also work):
-  tests     a list of assert statements (MBPP), each scored on its own; or one test script, whose tests are what
-            pytest collects from it (`unittest.TestCase` classes by unittest's own loader, as BigCodeBench has
-            them; `test_...` functions with parametrize and fixtures), else HumanEval's `def check(candidate)`
-            (called with the row's `entry_point`, or the function the script's own `check(...)` names: never a
-            guess), else a plain script of asserts, one test (`discovery.py`).
-  io_tests  stdin/stdout pairs (APPS, CodeContests): a list of {"input", "output"} dicts, or {"inputs": [...],
-            "outputs": [...]}, or either as a JSON string. The whole output must match, line by line, after trailing
-            whitespace is stripped; every case runs in its own process.
-  helpers   (optional) code the tests use beside the program (HumanEval/32's `poly`): keep HumanEval's original
-            `prompt` here. Without it, the prompt the model saw (TRL's `prompts`) is read for code.
-
-Who decides. Test rows are judged by `judge.py` in a pool process that never runs model code, each attempt confined
-in a sandbox of the judge's own (`judge_sandbox.py`: private filesystem, fresh working directory, not root, its own
-deadline); the program runs in a sandboxed worker that only answers calls with plain data, and never sees a test, an
-expected value or the verdict. Each attempt is bounded as a whole (`attempt_limits.py`).
-The judge fails closed: a test passes only when it ran to its end, called the program, and compared only data the
-judge decoded. io rows: the program's stdout is compared here. Rows whose tests inspect classes the program defines
-(`isinstance(x, Node)`) cannot be judged on data; they fall back to running the tests inside the sandbox beside the
-program (weaker: see `harness.py`), which the reward logs, and counts in `rewards/<reward>/fallback_frac`.
-
-None only when no sandbox could run, or the row has no tests that compile (the same for every completion of it);
-everything else that goes wrong with one completion (its scan, its plan, its judgement) is that completion's 0.
-Dataset problems the judge sees are logged and counted: `rewards/<reward>/uncalled_frac` (rows with a test that never
-calls the program), `missing_helper_frac`, `setup_error_frac`. Every completion's code is also scanned for
-reward-hacking moves (`hacking.py`): `rewards/<reward>/suspicious_frac`.
+The rest of this module's notes: docs/code-sandbox.md, "Module notes", reward.py.
 """
 
 from __future__ import annotations

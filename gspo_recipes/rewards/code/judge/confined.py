@@ -1,30 +1,6 @@
 """The judge in a sandbox of its own: the dataset's tests run confined, apart from the host and from the program.
 
-The rule: test code from the dataset is trusted to be honest, never to be safe with the program's data. So each
-attempt's judge (one completion of one row) runs in a process of its own that
-
-  - sees a private filesystem: a tmpfs root with the system directories, the interpreter's and the packages'
-    directories (everything on `sys.path`) mounted read-only, and nothing else of the host; a private, empty, writable
-    working directory (`/tmp/judge`, on a size-capped tmpfs) that is new for every attempt and gone after it; its own
-    /proc, PID, IPC and UTS namespaces, and no network;
-  - runs as an unprivileged uid of its own (below the program's range), with no capabilities and no way to regain
-    them, and dies with its parent;
-  - cannot start sandboxes itself: it asks this process (the broker, unconfined), which starts the program's worker
-    and hands over the two pipes. The program's sandbox and the judge's never share a writable path.
-
-So a test that removes a path the program returns removes nothing of the host's, a fixture folder left behind by a
-judge that stalled is gone with its tmpfs, and eight completions of a row with a fixed fixture path each have their
-own. Each attempt also ends on its own deadline (`row_deadline_s`): the broker kills a judge that overruns (work in
-C that no alarm interrupts), and the attempt scores 0.
-
-The process is forked from the judge's zygote (`zygote.py`): a copy of this pool process made before its first
-attempt, with the judge's imports loaded and the read-only root built once; each attempt gets its own PID, mount,
-IPC and UTS namespaces and a fresh /tmp (`GSPO_SANDBOX_WARM=0`, or a zygote that cannot start: forked from this
-process and confined from scratch, as before).
-
-Where the confinement cannot be built (not root, or a kernel that refuses namespaces), the judge runs in the pool
-process itself with a fresh private working directory per attempt (weaker: the host filesystem stays visible and
-writable to the tests), and the reward warns once.
+The rest of this module's notes: docs/code-sandbox.md, "Module notes", judge/confined.py.
 """
 
 from __future__ import annotations

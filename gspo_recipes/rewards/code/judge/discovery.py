@@ -1,17 +1,6 @@
 """Which tests a test script holds, and how each went, by the runners' own rules: pytest collects and runs them.
 
-The script has already run as a module in the judge (the program's names bound to `Remote` stand-ins, see
-`judge.py`); pytest then collects from that module object as it would from the file: `test*` functions and `Test*`
-classes with their parametrize, fixtures and marks, and `unittest.TestCase` subclasses through unittest's own loader
-(subclasses, mixins, aliases, methods added at run time, `expectedFailure`, `subTest`). Every collected test counts.
-
-A test passes when every report on it passed (each subtest included), or when it failed as its `xfail` or
-`expectedFailure` said it would; skipped is not passed. Coroutine tests run on `asyncio.run`, through the
-`pytest_pyfunc_call` hook pytest documents for this. A script pytest cannot collect is refused for the row
-(`CollectionFailed`, naming why): never run with some of its tests silently dropped.
-
-pytest runs in-process with only its own plugins (no plugin autoload, no conftest files, no cache, plain asserts), on
-a copy of the script in a fresh temporary folder (for its node ids and tracebacks only: nothing imports it).
+The rest of this module's notes: docs/code-sandbox.md, "Module notes", judge/discovery.py.
 """
 
 from __future__ import annotations

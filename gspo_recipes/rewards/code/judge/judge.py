@@ -1,19 +1,6 @@
 """The judge: runs a row's tests, in a process that never runs model code, against a sandboxed worker that does.
 
-The dataset's tests execute here with the names they use from the program bound to `Remote` stand-ins (`remote.py`):
-calling one sends `(function, arguments)` to the worker (`worker.py`) and gets the result back as plain data
-(`wire.py`), decoded into fresh built-in objects. So comparisons run on objects the model cannot have touched, the
-worker never sees a test or an expected value, and the count of passed tests is made here.
-
-Fail closed. A test passes only when it ran to its end, made at least one call into the program, and everything it
-compared was data the judge decoded. Names the tests use come from the dataset (the helpers the prompt defines, the
-setup code, the tests themselves), Python's builtins and standard library, the judge's own copy of a module the
-program imported, and only then from the program: where the row names its entry point, the program provides that
-name alone. Which tests a test script holds is for pytest and unittest to say, by their own rules (`discovery.py`);
-a script whose tests cannot be collected is refused for the row, never run with some of them dropped.
-
-Runs in a `DeadlinePool` process (see `reward.py`): per-test alarms work here, and a test that runs away takes down a
-pool worker, not the trainer.
+The rest of this module's notes: docs/code-sandbox.md, "Module notes", judge/judge.py.
 """
 
 from __future__ import annotations

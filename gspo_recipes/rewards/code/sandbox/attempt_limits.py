@@ -1,26 +1,6 @@
 """Limits per attempt as a whole, not per process.
 
-The rule: an attempt (every process one sandboxed run starts, however it forks, whatever sessions it makes) holds at
-most `Limits.memory_mb` of memory in all and runs on at most one core: once its processes together hold more memory,
-or have used more CPU time than the wall-clock time since the attempt started (plus `CPU_GRACE_S`), or more than its
-CPU budget in all, the whole attempt is killed. So 32 processes cannot hold 32 times the memory budget, and 31 busy
-processes cannot starve the completion judged beside them: they are killed within a fraction of a second, and score 0.
-Honest solutions run on one core (Python's GIL, and the sandbox's OMP_NUM_THREADS=1) and never come near the rule.
-
-Two ways to enforce it, the stronger where it is available:
-
-  cgroup v2  when `GSPO_SANDBOX_CGROUP` names a cgroup v2 directory this process may write whose
-             `cgroup.subtree_control` enables memory, pids and cpu (a systemd `Delegate=yes` unit, a container's own
-             cgroup namespace): each attempt gets a child cgroup with `memory.max`, `memory.swap.max=0`,
-             `pids.max` and `cpu.max` of one core. The kernel enforces it exactly, and a process cannot leave.
-  meter      everywhere else (the documented fallback): the attempt's processes (the launched process and all its
-             descendants: in the bwrap and unshare backends that is the whole PID namespace, which no process can
-             leave) are read from /proc every `POLL_S`, resident memory and CPU time summed. The per-process rlimits
-             (RLIMIT_AS, RLIMIT_CPU, RLIMIT_NPROC) stay the hard backstop: between two polls an attempt can exceed its
-             memory budget by at most what its processes allocate in `POLL_S`. Under the `plain` backend (no PID
-             namespace) a process that double-forks away from its parent leaves the tree: as root the attempt's own
-             uid still names it, and its orphans are looked for every `ORPHAN_SCAN_EVERY` polls; not as root, it is
-             outside the meter's view (never its rlimits): use bwrap.
+The rest of this module's notes: docs/code-sandbox.md, "Module notes", sandbox/attempt_limits.py.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """How a sandboxed process is confined: which uid it runs as, its environment, and the command-line prefix that puts
-it into each backend (`sandbox.py` describes the backends, picks one, and starts and supervises the process).
+it into each backend (`launch.py` describes the backends, picks one, and starts and supervises the process).
 
 No process is started here: this module only builds command lines and hands out uids.
 """

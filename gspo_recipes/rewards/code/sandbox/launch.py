@@ -1,23 +1,6 @@
 """Run model-written Python with hard limits, in the strongest isolation this machine allows.
 
-Every run is a fresh process in its own process group, with a scrubbed environment, isolated Python (`-I`),
-resource limits per process and per attempt as a whole (`attempt_limits.py`), a seccomp filter
-(`syscall_filter.py`), an empty working directory, a wall-clock deadline after which the whole group is killed and
-reaped, and a cap on captured output. Backends, strongest first:
-
-  bwrap    bubblewrap: a minimal read-only root, private /tmp (a small tmpfs), no network, new PID/IPC/UTS namespaces,
-           dies with its parent.
-  unshare  util-linux `unshare`: new PID/network/mount namespaces, but the host filesystem stays visible.
-  plain    only the process group, the limits and the unprivileged user.
-
-`auto` (the default, or `GSPO_SANDBOX_BACKEND`) takes the first that works here and warns once when that is not
-bwrap. When this process is root, model code runs as an unprivileged uid of its own (from 60000 up, like `isolate`'s
-boxes), so concurrent runs neither share a process limit nor can signal each other.
-
-This module chooses the backend, launches the harness (`harness.py`) and supervises the run; what confines the
-process (its uid, its environment, the bwrap/unshare command lines) is built in `isolation.py`. Under bwrap, the
-programs of judged rows are not launched here but forked from a warm zygote with the same confinement (`warm.py`);
-stdin/stdout cases and the fallback's runs start here, one sandbox each.
+The rest of this module's notes: docs/code-sandbox.md, "Module notes", sandbox/launch.py.
 """
 
 from __future__ import annotations

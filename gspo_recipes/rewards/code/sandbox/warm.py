@@ -1,16 +1,6 @@
 """Warm workers: every attempt's sandboxed program forked from a zygote that never ran model code (`zygote.py`).
 
-Starting an interpreter and a bubblewrap sandbox is almost all of an attempt's cost; the tests run in microseconds.
-So each process that judges (a reward pool process) starts one zygote, as root: the harness interpreter with its
-code compiled, in a read-only root built from bwrap's own plan. Each attempt is a fork of it that enters fresh
-mount, PID, IPC and UTS namespaces, mounts its own /proc, /tmp and /dev/shm, and drops to the attempt's uid:
-bwrap's confinement, made per attempt without starting a process from disk. Everything else about an attempt is
-unchanged (`worker.py`): the same limits, watchdog, pipes and harness; the program gets its job straight from
-this process, never through the zygote.
-
-The warm path is the `bwrap` backend's where this process is root and the kernel allows the namespaces (tried once,
-by starting a zygote); elsewhere, or with `GSPO_SANDBOX_WARM=0`, attempts start a sandbox each as before, and the
-reward says so once. A zygote that dies is replaced at the next attempt.
+The rest of this module's notes: docs/code-sandbox.md, "Module notes", sandbox/warm.py.
 """
 
 from __future__ import annotations

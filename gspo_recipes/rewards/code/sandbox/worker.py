@@ -1,13 +1,6 @@
 """A long-lived sandboxed process that runs the model's program and answers calls as plain data.
 
-The judge (`judge.py`) talks to it over two pipes, one JSON line per message (`wire.py`). Nothing it sends back is
-trusted: a reply that is late, malformed, oversized or missing ends the worker, and the call fails.
-
-Two halves: `WorkerProcess` starts the sandboxed process and ends it (kill, reap, release its uid), and
-`SandboxWorker` is the judge's end of the pipes. Where the judge runs confined (`judge_sandbox.py`) it cannot start
-sandboxes itself: its `SandboxWorker` asks the unconfined parent, which starts the `WorkerProcess` and hands the
-pipes over. Every descriptor is closed on every path, an alarm in the middle of `close()` included: a judge that
-leaked them would run out and fail every later completion, honest ones too.
+The rest of this module's notes: docs/code-sandbox.md, "Module notes", sandbox/worker.py.
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
 """Confinement by hand: the namespace, mount and privilege calls bubblewrap makes, made from Python with ctypes.
 
-Two users: the confined judge (`judge_sandbox.py`, imported) and the warm program zygote (`zygote.py`), which runs
-inside the harness interpreter; so, like `wire.py` and `syscall_filter.py`, this module uses only the standard
-library, has no `from __future__` import, and is prepended to the harness source (see `sandbox.py`).
-
-A root is built from a plan: a list of `[kind, source, target]` steps, `kind` one of "ro" (bind `source` read-only
-at `target`), "symlink" (`target` -> `source`), "dev" (bind the host's device node `source`), "dir" (an empty
-directory: a mount point for later). `isolation.program_root_plan()` and `judge_sandbox` make the plans.
+The rest of this module's notes: docs/code-sandbox.md, "Module notes", sandbox/inside/confine.py.
 """
 
 import ctypes

@@ -1,20 +1,6 @@
 """The program that runs inside the sandbox, around the model's code.
 
-It is sent as the source of `python -I -c` and never imported inside the sandbox, so it uses only the standard
-library. The job (program, tests, limits, nonce) arrives as JSON on the file descriptor named by `sys.argv[1]`,
-which is closed before any model code runs; fd 0 is left untouched for the program's own input.
-
-Modes:
-  serve    the worker of the judged modes (see `judge.py`): run the program, then answer calls
-           `(function, arguments)` with the result as plain data (`wire.py`, prepended to this source). It holds no
-           tests, no expected values and no verdict: the judge, another process, decides.
-  io       run the program as `__main__`; the caller compares its stdout. Exit status: the program's own.
-  asserts  (fallback, weaker) run the program, then each test statement on its own with a per-test alarm.
-  script   (fallback, weaker) run the program, then one test script (HumanEval's `check(...)`).
-
-In the fallback modes the harness exits with `nonce + number of tests passed`: the verdict is made inside the process
-that runs model code, which can reach the nonce and the tests (frames, `gc`) and forge it. They serve only rows whose
-tests inspect classes the program defines (see `reward.py`), and the reward says so in its logs.
+The rest of this module's notes: docs/code-sandbox.md, "Module notes", sandbox/inside/harness.py.
 """
 
 
@@ -127,7 +113,7 @@ def _serve(job, fds, exit_now, set_timer, real_timer, base_exception):
     until the judge closes the pipe."""
     import os
 
-    # The codec is wire.py, which sandbox.py puts in front of this source. Its names are bound before the program
+    # The codec is wire.py, which assembly.py puts in front of this source. Its names are bound before the program
     # loads, as `_run_harness` binds its own, so that a program rebinding the module's globals does not reach them.
     # (The worker is untrusted either way: the judge decodes every reply with its own codec.)
     codec = globals()

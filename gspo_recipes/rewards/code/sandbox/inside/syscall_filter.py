@@ -1,24 +1,7 @@
 """A seccomp filter the harness installs on itself before any model code runs: the system calls that reach state no
 namespace confines are refused.
 
-The rule: a sandboxed program may not read or write anything that outlives its attempt, so the calls that reach such
-state are refused. Two kinds:
-
-  kept state  kernel keyrings (they belong to the uid and outlive every process), eBPF maps (global), and SysV IPC
-              where no IPC namespace confines it (the `plain` backend): refused with EPERM. A program could store in
-              them whether its last answer passed and, attempt after attempt, learn the answers.
-  page cache  the read-only mounts share the host's page cache, so "is this file cached?" is one bit per file that a
-              first attempt sets by reading the file and a later one reads without blocking. The calls that answer
-              that question are refused: `mincore` (residency of a mapping), `cachestat`, `preadv2`/`pwritev2`
-              (their RWF_NOWAIT flag fails instead of reading an uncached page) and io_uring (whose reads can ask the
-              same). They fail with ENOSYS, as on a kernel that predates them: libraries fall back to plain reads.
-
-What remains, documented rather than closed: timing. A read of a cached file returns in microseconds, an uncached one
-waits for the disk; a program can time its reads (or fault in a mapping and time it, or read in /proc/self/pagemap
-which neighbouring pages the kernel mapped in around a fault: only cached ones) and recover the same bit, more slowly
-and with noise. Closing that needs a private copy of every file the program can read per attempt.
-
-Prepended to the harness source (see `sandbox.py`): standard library only, no `from __future__` import.
+The rest of this module's notes: docs/code-sandbox.md, "Module notes", sandbox/inside/syscall_filter.py.
 """
 
 # (audit arch, x32 bit or 0, keyring + bpf calls, SysV IPC calls, page-cache probes)

@@ -1,19 +1,6 @@
 """Plain data across the sandbox boundary: tagged JSON of built-in values, with depth and size caps.
 
-What crosses between the judge and the sandboxed worker is never pickle or marshal, only values of the types a
-result is honestly made of: None, bool, int, float, complex, str, bytes, bytearray, list, tuple, dict, set,
-frozenset, range; the standard library's Counter, defaultdict (of a built-in factory), OrderedDict, deque,
-namedtuple, Fraction, Decimal and dict views; numpy's scalars and arrays of numbers or text; plus opaque handles
-(`["h", id]`) that name an object the worker keeps. The rule is the exact type (a subclass is not data), and
-decoding builds fresh objects of the decoder's own classes, so nothing the model wrote (an `__eq__` that is always
-true, an `int` subclass) reaches a comparison in the judge.
-
-Decoding is bounded in size, depth and work: no more than `MAX_HASH_COLLISIONS` distinct values of any hashable type
-(numbers, tuples, frozensets, Fractions...) may share one hash, so neither a set the decoder builds nor one the test
-builds from the result can be made to take quadratic time (a flood of `k * (2**61 - 1)` ints or of tuples of them).
-
-This file is also prepended to the harness source that runs inside the sandbox (see `sandbox.py`): standard library
-only, no `from __future__` import.
+The rest of this module's notes: docs/code-sandbox.md, "Module notes", sandbox/inside/wire.py.
 """
 
 import collections

@@ -1,31 +1,13 @@
 """Zygotes: processes that never run untrusted code and fork one pristine, confined process per attempt.
 
-Two kinds, one mechanism. The program zygote is the harness interpreter (this file is prepended to the harness
-source with `confine.py`, so it uses only the standard library), started as root by the process that judges
-(`warm.py`), with the harness compiled and the modules it needs imported. The judge zygote is a fork of that
-judging process made before its first attempt, with the judge's imports loaded (`judge_sandbox.py`).
-
-Once, at start (`become_zygote`): its own mount and network namespaces (no interface but the loopback, which the
-program zygote brings up as bwrap does), a read-only root built from a plan (`confine.build_root`), chroot into it.
-Then, for each attempt asked for (`serve`), one fork that is the first process of a new PID namespace (the zygote
-unshares the PID namespace for that child alone, then returns to its own); it enters new mount, IPC and UTS
-namespaces, mounts its own /proc, /tmp and /dev/shm (fresh tmpfs each), makes its working directory, becomes the
-attempt's uid with no capabilities, and runs the payload (the harness on its job, or the judge). Killing it kills
-its whole namespace, and the kernel reports it exited only once that namespace is empty, so nothing an attempt
-started outlives it into the next. A zygote only ever receives a uid, sizes, a path and three descriptors; the job,
-its limits and everything after go straight to the attempt.
-
-Protocol, on a SOCK_SEQPACKET socket: each attempt `{"uid", "tmpfs_mb", "processes", "workdir", "name"}` with
-three fds (the payload's) -> `["started", pid]` with the attempt's pidfd, or `["failed", errno, why]`. The program
-zygote first gets `{"root", "plan", "sys_path", "tmpfs_mb", "name"}` and answers `["ready"]` or `["failed", errno,
-why]`.
+The rest of this module's notes: docs/code-sandbox.md, "Module notes", sandbox/inside/zygote.py.
 """
 
 if __name__ == "__main__":  # inside the harness source: confine.py's functions are this script's own globals
     import sys as _sys
 
     confine = _sys.modules["__main__"]
-else:  # imported: the judge's zygote (judge_sandbox.py)
+else:  # imported: the judge's zygote (judge/confined.py)
     from . import confine
 
 
