@@ -11,6 +11,7 @@ from typing import Any
 
 from .judge.confined import start_warm_workers
 from .judge.judge import inspected_classes
+from .judge.records import JudgeJob
 from .judge.remote import STARTUP_ALLOWANCE_S
 from .judge.source import defined_names, estimated_tests, top_level_call_argument, without_runner_calls
 from .sandbox.launch import Limits
@@ -120,9 +121,17 @@ def _plan_row(program, tests, io_tests, entry_point, setup, helpers, timeout_s, 
     total = len(statements) if kind == "asserts" else estimated_tests(statements[0])
     # CPU for the whole row (restarts after crashes included); the judge enforces the per-test deadlines itself.
     wall = (STARTUP_ALLOWANCE_S + timeout_s) * (total + 2)
-    job = {"program": program, "kind": kind, "tests": statements, "entry_point": entry_point, "setup": setup or "",
-           "helpers": helpers, "per_test_s": timeout_s, "estimated_tests": total,
-           "limits": _with_wall(limits, wall).__dict__}  # fmt: skip
+    job = JudgeJob(
+        program=program,
+        kind=kind,
+        tests=statements,
+        entry_point=entry_point,
+        setup=setup or "",
+        helpers=helpers,
+        per_test_s=timeout_s,
+        estimated_tests=total,
+        limits=_with_wall(limits, wall),
+    )
     return [Job("judge", job, total, limits)]
 
 

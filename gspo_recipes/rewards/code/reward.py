@@ -5,6 +5,7 @@ The rest of this module's notes: docs/code-sandbox.md, "Module notes", reward.py
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import secrets
@@ -18,6 +19,7 @@ from ..text import column, completion_text
 from .hacking import record_findings, scan_programs
 from .judge.broker import OVERRAN
 from .judge.confined import row_deadline_s
+from .judge.records import Verdict
 from .plan import Job, Unjudgeable, dataset_helpers, extract_code, plan_row
 from .sandbox.launch import Limits, SandboxUnavailable, resolve_backend, run_harness
 
@@ -224,13 +226,14 @@ def _judge_pool():
     return get_pool(_JUDGE_POOL, preload=["gspo_recipes.rewards.code.plan:start_judge_workers"])
 
 
-def _judge_in_pool(jobs: list[Job], backend: str) -> list[tuple | None]:
+def _judge_in_pool(jobs: list[Job], backend: str) -> list[Verdict | None]:
     if not jobs:
         return []
-    items = [(dict(job.payload, backend=backend),) for job in jobs]
+    items = [(dataclasses.replace(job.payload, backend=backend),) for job in jobs]
     # The judge keeps its own deadlines; this one only catches a judge that hangs (a test that never returns). Each
     # row has its own: a stall beside a long row is cut at its own row's deadline, not the longest one's.
-    deadlines = [row_deadline_s(job.payload) + 2.0 for job in jobs]  # the confined judge's own, then teardown
+    # The confined judge's own, then teardown.
+    deadlines = [row_deadline_s(job.payload.limits.wall_s) + 2.0 for job in jobs]
     try:
         verdicts = _judge_pool().map("gspo_recipes.rewards.code.judge.confined:judge_isolated", items,
                                      deadline_s=deadlines, on_timeout=_OVERRAN, on_error=_BROKE)  # fmt: skip
@@ -238,8 +241,8 @@ def _judge_in_pool(jobs: list[Job], backend: str) -> list[tuple | None]:
         return [None] * len(jobs)
     # A judge that overran its deadline or broke was sent into work no alarm interrupts (C-level loops over the
     # program's data) or broken by it: the program's 0, never a None the advantage would leave out.
-    return [(0, job.total, {"judge_error": verdict}) if verdict in (_OVERRAN, _BROKE) else
-            (tuple(verdict) if verdict is not None else None) for job, verdict in zip(jobs, verdicts)]  # fmt: skip
+    return [Verdict(0, job.total, {"judge_error": verdict}) if verdict in (_OVERRAN, _BROKE) else verdict
+            for job, verdict in zip(jobs, verdicts)]  # fmt: skip
 
 
 _OVERRAN = OVERRAN

@@ -10,6 +10,7 @@ or the canary untouched) and the honest control beside it 1.0.
 (4, the page cache, is in test_sandbox_persistence.py.)
 """
 
+import dataclasses
 import errno
 import os
 import signal
@@ -92,7 +93,7 @@ def test_a_judge_stalled_in_c_ends_on_its_rows_deadline_and_leaves_no_fixture_be
     scores = code_execution([stall, ADD], tests=[[test], long_row], timeout_s=0.2)
     elapsed = time.monotonic() - start
     assert scores == [0.0, 1.0]
-    long_deadline = confined.row_deadline_s({"limits": {"wall_s": (1.0 + 0.2) * 42}})
+    long_deadline = confined.row_deadline_s((1.0 + 0.2) * 42)
     assert elapsed < long_deadline / 2, (
         f"the stalled row ran {elapsed:.1f}s (the long row's deadline: {long_deadline}s)"
     )
@@ -258,7 +259,7 @@ def test_a_judge_out_of_descriptors_scores_zero_not_none(monkeypatch):
     monkeypatch.setattr(sandbox, "_spawn", exhausted)
     job = reward._plan(0, ADD, ["assert add(1, 2) == 3"], None, None, None, None, None, [], 1.0,
                        sandbox.Limits(), "code_execution")[0].payload  # fmt: skip
-    verdict = judge.judge_tests(dict(job, backend=sandbox.resolve_backend()))
+    verdict = judge.judge_tests(dataclasses.replace(job, backend=sandbox.resolve_backend()))
     assert verdict is not None and verdict[0] == 0
     assert "EMFILE" in verdict[2].get("judge_error", "") or "Too many open files" in verdict[2].get("judge_error", "")
 
@@ -272,6 +273,6 @@ def test_the_unconfined_fallback_still_gives_each_attempt_a_fresh_directory(monk
                        "code_execution")[0].payload  # fmt: skip
     before = os.getcwd()
     for _ in range(2):
-        verdict = confined._judge_unconfined(dict(job, backend=sandbox.resolve_backend()))
+        verdict = confined._judge_unconfined(dataclasses.replace(job, backend=sandbox.resolve_backend()))
         assert verdict[:2] == (1, 1)
     assert os.getcwd() == before and not os.path.exists(os.path.join(before, "left.txt"))

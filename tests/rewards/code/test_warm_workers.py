@@ -9,6 +9,7 @@ default; this file covers what is the warm path's own:
   - where the warm path cannot be had, attempts start one by one and the reward says so once.
 """
 
+import dataclasses
 import errno
 import os
 import signal
@@ -80,7 +81,7 @@ def test_bad_input_costs_only_its_own_attempt_and_the_batch_ends_on_time():
     assert scores[1::2] == [1.0] * len(names)
     # The slowest attempt's own bound (its row's deadline) plus room for a loaded machine; many times less than
     # the attempts' limits added up.
-    row_limit = confined.row_deadline_s({"limits": {"wall_s": 1.0 * len(TESTS) + 1.0 + 1.0}})
+    row_limit = confined.row_deadline_s(1.0 * len(TESTS) + 1.0 + 1.0)
     assert elapsed < row_limit + 20.0, elapsed
     # And the next batch is served as usual.
     assert code_execution([ADD, "def add(a, b):\n    return 0\n"], tests=[TESTS] * 2) == [1.0, 0.5]
@@ -142,7 +143,7 @@ def test_a_judge_out_of_descriptors_on_the_warm_path_scores_zero_not_none(monkey
     monkeypatch.setattr(warm.Zygote, "start_attempt", exhausted)
     job = reward._plan(0, ADD, ["assert add(1, 2) == 3"], None, None, None, None, None, [], 1.0,
                        sandbox.Limits(), "code_execution")[0].payload  # fmt: skip
-    verdict = judge.judge_tests(dict(job, backend="bwrap"))
+    verdict = judge.judge_tests(dataclasses.replace(job, backend="bwrap"))
     assert verdict is not None and verdict[0] == 0
     assert "Too many open files" in verdict[2].get("judge_error", "")
 

@@ -14,8 +14,8 @@ import selectors
 import socket
 import time
 
-from ..sandbox import launch as sandbox
 from ..sandbox import worker
+from .records import JudgeJob, Verdict
 
 OVERRAN = "the judge overran its deadline and was killed"
 MAX_WORKER_STARTS = 64  # per attempt: restarts after crashes; the judge cannot ask for more than this
@@ -25,7 +25,7 @@ class Broker:
     """The unconfined side of one attempt: starts and ends the program's workers when the judge asks, and collects
     the verdict. Every worker it started is ended before `serve` returns."""
 
-    def __init__(self, job: dict, sock: socket.socket, result_read: int):
+    def __init__(self, job: JudgeJob, sock: socket.socket, result_read: int):
         self.job, self.sock, self.result_read = job, sock, result_read
         self.workers: dict[int, worker.WorkerProcess] = {}
         self.starts = 0
@@ -55,7 +55,7 @@ class Broker:
             verdict = json.loads(self.result)
         except ValueError:
             raise RuntimeError("the confined judge exited without a verdict") from None
-        return tuple(verdict) if isinstance(verdict, list) else verdict
+        return Verdict(*verdict) if isinstance(verdict, list) else verdict
 
     def _answer(self) -> bool:
         """Serve one request from the judge; False once it has hung up."""
@@ -81,7 +81,7 @@ class Broker:
         self.starts += 1
         job = self.job
         try:
-            spec = worker.WorkerSpec(job["backend"], job["program"], job["per_test_s"], sandbox.Limits(**job["limits"]))
+            spec = worker.WorkerSpec(job.backend, job.program, job.per_test_s, job.limits)
             process = worker.WorkerProcess(spec)
         except OSError as error:
             return self._send(["failed", error.errno or 0, str(error)[:200]])

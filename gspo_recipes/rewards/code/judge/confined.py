@@ -6,6 +6,7 @@ The rest of this module's notes: docs/code-sandbox.md, "Module notes", judge/con
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -24,6 +25,7 @@ from ..sandbox.inside import confine, zygote
 from ..sandbox.isolation import SANDBOX_UID_BASE, SANDBOX_UIDS, _python_mounts, is_root, sandbox_env, system_root_plan
 from . import judge
 from .broker import Broker, BrokerClient
+from .records import JudgeJob, Verdict
 
 JUDGE_UID_BASE = SANDBOX_UID_BASE - SANDBOX_UIDS  # 58976-59999: beside the programs' uids, never one of them
 JUDGE_WORKDIR = "/tmp/judge"
@@ -35,12 +37,12 @@ _NAMESPACES = (
 )
 
 
-def row_deadline_s(payload: dict) -> float:
+def row_deadline_s(wall_s: float) -> float:
     """How long one attempt's judge may run in all: its row's wall budget, with room for start-up and teardown."""
-    return payload["limits"]["wall_s"] * 1.5 + 3.0
+    return wall_s * 1.5 + 3.0
 
 
-def start_warm_workers(warm_up_jobs: Sequence[dict] = ()) -> None:
+def start_warm_workers(warm_up_jobs: Sequence[JudgeJob] = ()) -> None:
     """Run once in each judging pool process before its first attempt: the judge's zygote (a fork of this process,
     clean: it has judged nothing yet) and the program's (`warm.py`), so that both are the process's own from the
     start. `warm_up_jobs` (planned by the caller, `plan.start_judge_workers`) are judged here first, once."""
@@ -53,20 +55,20 @@ def start_warm_workers(warm_up_jobs: Sequence[dict] = ()) -> None:
     _judge_zygote()
 
 
-def _warm_up(backend: str, jobs: Sequence[dict]) -> None:
+def _warm_up(backend: str, jobs: Sequence[JudgeJob]) -> None:
     # Judged before the judge's zygote is forked from this process: the judge's code paths (the parser, the codec,
     # the collection) then have their lazy set-up done, which every attempt would otherwise pay again in copied pages.
     for job in jobs:
         with contextlib.suppress(Exception):  # a warm-up that fails costs only speed
-            _judge_unconfined(dict(job, backend=backend), quiet=True)
+            _judge_unconfined(dataclasses.replace(job, backend=backend), quiet=True)
 
 
-def judge_isolated(job: dict):
+def judge_isolated(job: JudgeJob) -> Verdict | str | None:
     """The pool's entry point: `judge.judge_tests(job)` in a confined process (see the module docstring). Returns
     its verdict, or `OVERRAN` when it ran past `row_deadline_s`."""
     if not confinement_works():
         return _judge_unconfined(job)
-    deadline = time.monotonic() + row_deadline_s(job)
+    deadline = time.monotonic() + row_deadline_s(job.limits.wall_s)
     uid = JUDGE_UID_BASE + os.getpid() % SANDBOX_UIDS  # one per pool process: it judges one attempt at a time
     with contextlib.ExitStack() as stack:
         broker_end, judge_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -81,7 +83,7 @@ def judge_isolated(job: dict):
         return Broker(job, broker_end, result_read).serve(deadline)
 
 
-def _start_judge(job: dict, uid: int, sock_fd: int, result_write: int):
+def _start_judge(job: JudgeJob, uid: int, sock_fd: int, result_write: int):
     """Start the attempt's confined judge: forked from the judge's zygote, else from this process. Returns what ends
     it (and everything it started)."""
     zygote = _judge_zygote()
@@ -92,7 +94,7 @@ def _start_judge(job: dict, uid: int, sock_fd: int, result_write: int):
             pass  # this attempt's judge starts cold; the next one gets a new zygote
         else:
             with contextlib.suppress(BrokenPipeError):  # it died before reading: no verdict, the attempt's 0
-                worker.write_all(job_write, json.dumps(job).encode())
+                worker.write_all(job_write, json.dumps(job.to_wire()).encode())
             os.close(job_write)
             return process.end
     root = tempfile.mkdtemp(prefix="gspo-judge-root-")  # stays empty on the host: the judge mounts a tmpfs on it
@@ -123,7 +125,7 @@ def _reap(child: int) -> None:
 # The confined process
 
 
-def _child(job: dict, root: str, uid: int, sock_fd: int, result_write: int, parent: int) -> None:
+def _child(job: JudgeJob, root: str, uid: int, sock_fd: int, result_write: int, parent: int) -> None:
     """In the forked child: close everything inherited but the two channels, enter new namespaces, and let the
     first process of the new PID namespace build the root and judge. Never returns."""
     status = 1
@@ -143,7 +145,7 @@ def _child(job: dict, root: str, uid: int, sock_fd: int, result_write: int, pare
         os._exit(status & 0xFF)
 
 
-def _judge_confined(job: dict, root: str, uid: int, sock_fd: int, result_write: int) -> None:
+def _judge_confined(job: JudgeJob, root: str, uid: int, sock_fd: int, result_write: int) -> None:
     try:
         _build_root(root, uid)
         _drop_to(uid)
@@ -157,13 +159,13 @@ def _judge_payload(fds: tuple[int, int, int]) -> None:
     job_fd, sock_fd, result_write = fds
     try:
         with open(job_fd, "rb") as job_file:
-            job = json.loads(job_file.read())
+            job = JudgeJob.from_wire(json.loads(job_file.read()))
     except BaseException as error:  # noqa: BLE001
         _exit_failed(error)
     _judge_and_reply(job, sock_fd, result_write)
 
 
-def _judge_and_reply(job: dict, sock_fd: int, result_write: int) -> None:
+def _judge_and_reply(job: JudgeJob, sock_fd: int, result_write: int) -> None:
     try:
         start_worker = BrokerClient(socket.socket(fileno=sock_fd))
         data = json.dumps(judge.judge_tests(job, start_worker), default=str).encode()
@@ -306,7 +308,7 @@ def _try_confinement() -> bool:
         os.rmdir(root)
 
 
-def _judge_unconfined(job: dict, quiet: bool = False):
+def _judge_unconfined(job: JudgeJob, quiet: bool = False):
     """The fallback: the judge here, in a fresh private working directory for this attempt only."""
     global _warned
     if not _warned and not quiet:

@@ -19,6 +19,7 @@ from typing import Any
 from ..sandbox import launch as sandbox
 from ..sandbox.worker import WorkerStarter
 from . import discovery
+from .records import JudgeJob, Verdict
 from .remote import ABSENT, MODULE_ALIASES, REPLY_GRACE_S, STARTUP_ALLOWANCE_S, Link, Remote  # noqa: F401
 from .source import defined_names, parse, without_runner_calls
 
@@ -35,38 +36,37 @@ class Refused(Exception):
     """No completion of this row can be judged (its tests cannot be collected, or it names no entry point)."""
 
 
-def judge_tests(job: dict, start_worker: WorkerStarter | None = None) -> tuple[int, int, dict] | None:
+def judge_tests(job: JudgeJob, start_worker: WorkerStarter | None = None) -> Verdict | None:
     """(tests passed, tests run, report) for one row, or None when no sandbox could run the program.
 
-    `job`: program, kind ("asserts": a list of statements, each one test; "script": one test script), tests,
-    entry_point, setup, helpers (code blocks from the dataset), per_test_s, estimated_tests (for the row's budget),
-    backend, limits (a `sandbox.Limits` as a dict). The report names what the row's data got wrong: `uncalled` (tests
-    that ran to their end without calling the program), `setup_error`, `missing_helpers` (names the tests use that
-    only the program defines, or whose helper block failed to run), and `refused` (why no completion of the row can
-    be judged: tests pytest cannot collect, a `check` with no entry point); a refused row is (0, 0, report)."""
+    `start_worker`, when given, starts the program's workers elsewhere (the confined judge's broker). The report
+    names what the row's data got wrong: `uncalled` (tests that ran to their end without calling the program),
+    `setup_error`, `missing_helpers` (names the tests use that only the program defines, or whose helper block failed
+    to run), and `refused` (why no completion of the row can be judged: tests pytest cannot collect, a `check` with no
+    entry point); a refused row is (0, 0, report)."""
     _undumpable()
-    total = len(job["tests"]) if job["kind"] == "asserts" else job["estimated_tests"]
+    total = len(job.tests) if job.kind == "asserts" else job.estimated_tests
     # `programs_doing`: names the tests use whose value is the program's doing (missing, or data it defined)
     report: dict[str, Any] = {"uncalled": 0, "setup_error": None, "missing_helpers": [], "programs_doing": []}
-    row_deadline = time.monotonic() + (STARTUP_ALLOWANCE_S + job["per_test_s"]) * (total + 2)
+    row_deadline = time.monotonic() + (STARTUP_ALLOWANCE_S + job.per_test_s) * (total + 2)
     link = Link(job, row_deadline, start_worker)
     try:
         if not link.ensure():
-            return 0, total, report
+            return Verdict(0, total, report)
         namespace = _test_namespace(job, link, report)
-        if job["kind"] == "asserts":
-            return _run_asserts(job, namespace, link, report), total, report
-        return (*_run_script(job, namespace, link, report), report)
+        if job.kind == "asserts":
+            return Verdict(_run_asserts(job, namespace, link, report), total, report)
+        return Verdict(*_run_script(job, namespace, link, report), report)
     except sandbox.SandboxUnavailable:
         return None
     except SetupFailed:
-        return 0, total, report
+        return Verdict(0, total, report)
     except Refused as refusal:
         report["refused"] = str(refusal)
-        return 0, 0, report
+        return Verdict(0, 0, report)
     except Exception as error:  # noqa: BLE001 (the tests or the program broke the judge: fail closed, say why)
         report["judge_error"] = f"{type(error).__name__}: {str(error)[:200]}"
-        return 0, total, report
+        return Verdict(0, total, report)
     finally:
         link.close()
 
@@ -148,9 +148,9 @@ def _on_alarm(signum, frame):
 
 
 def _test_namespace(job: dict, link: Link, report: dict) -> dict:
-    entry_point = job.get("entry_point")
-    dataset_code = [*job["tests"], job.get("setup") or ""]
-    helpers, failed_helpers = _run_helpers(job.get("helpers") or [], job["per_test_s"])
+    entry_point = job.entry_point
+    dataset_code = [*job.tests, job.setup or ""]
+    helpers, failed_helpers = _run_helpers(job.helpers or [], job.per_test_s)
     referenced = referenced_names(dataset_code)
     free = set(referenced) - bound_names(dataset_code)
     # A module name is wanted even where another test binds it: statements share one namespace, in order.
@@ -160,9 +160,9 @@ def _test_namespace(job: dict, link: Link, report: dict) -> dict:
         wanted.append(entry_point)
     # With a named entry point (HumanEval, BigCodeBench), the program provides that name alone: anything else the
     # tests use unimported is the dataset's (a helper such as `poly`), never the program's own version of it.
-    entry_only = bool(entry_point) and job["kind"] != "asserts"
+    entry_only = bool(entry_point) and job.kind != "asserts"
     namespace: dict[str, Any] = {"__name__": "tests", "__builtins__": builtins}
-    link.test_deadline = time.monotonic() + job["per_test_s"]  # looking the names up gets one test's budget
+    link.test_deadline = time.monotonic() + job.per_test_s  # looking the names up gets one test's budget
     for name in wanted:
         if name != entry_point and name in helpers:
             namespace[name] = helpers[name]  # the dataset's helper, not the completion's
@@ -186,8 +186,8 @@ def _test_namespace(job: dict, link: Link, report: dict) -> dict:
             namespace[name] = found
             if not isinstance(found, Remote) and not _is_judges(found):
                 report["programs_doing"].append(name)  # the program's data (a constant the tests read): its answer, too
-    if job.get("setup"):
-        _run_setup(compile(job["setup"], "setup.py", "exec"), namespace, link, job["per_test_s"], report)
+    if job.setup:
+        _run_setup(compile(job.setup, "setup.py", "exec"), namespace, link, job.per_test_s, report)
     return namespace
 
 
@@ -234,7 +234,7 @@ def _run_setup(code, namespace: dict, link: Link, budget_s: float, report: dict)
 def _run_asserts(job: dict, namespace: dict, link: Link, report: dict) -> int:
     """Each statement one test, in one namespace. After the program's worker was restarted (a crash), the names and
     the setup are made again before the next test: objects the setup made lived in the worker that is gone."""
-    tests = [compile(source, f"test_{i}.py", "exec") for i, source in enumerate(job["tests"])]
+    tests = [compile(source, f"test_{i}.py", "exec") for i, source in enumerate(job.tests)]
     passed, generation = 0, link.generation
     for test in tests:
         if link.ensure() and link.generation != generation:
@@ -243,7 +243,7 @@ def _run_asserts(job: dict, namespace: dict, link: Link, report: dict) -> int:
                 namespace = _test_namespace(job, link, report)
             except SetupFailed:
                 return passed
-        passed += _run_one(lambda test=test, names=namespace: exec(test, names), link, job["per_test_s"], report)
+        passed += _run_one(lambda test=test, names=namespace: exec(test, names), link, job.per_test_s, report)
     return passed
 
 
@@ -251,7 +251,7 @@ def _run_script(job: dict, namespace: dict, link: Link, report: dict) -> tuple[i
     """(passed, run) for a test script. It runs first as a module; then its tests are what pytest collects from it
     (`discovery.py`); a script without any is HumanEval's `check(candidate)`, called on the row's entry point, or
     else a plain script, itself one test."""
-    source, per_test_s = job["tests"][0], job["per_test_s"]
+    source, per_test_s = job.tests[0], job.per_test_s
     module = types.ModuleType("tests")
     module.__dict__.update(namespace)
     calls = link.calls
@@ -262,17 +262,17 @@ def _run_script(job: dict, namespace: dict, link: Link, report: dict) -> tuple[i
         if link.calls == calls and not report["programs_doing"]:  # the program had no part in it: the dataset's problem
             raise Refused(f"the test script fails before any call into the program: {type(error).__name__}: "
                           f"{str(error)[:200]}") from None  # fmt: skip
-        return 0, max(1, job["estimated_tests"])  # the program broke the script: every test of it fails
+        return 0, max(1, job.estimated_tests)  # the program broke the script: every test of it fails
     if discovery.might_hold_tests(module):
         outcomes = _run_collected(module, source, link, per_test_s)
         if outcomes:
             report["uncalled"] += sum(outcome == "uncounted" for outcome in outcomes.values())
             return sum(outcome == "passed" for outcome in outcomes.values()), len(outcomes)
     if link.calls == calls and callable(module.__dict__.get("check")):
-        if not job.get("entry_point"):
+        if not job.entry_point:
             raise Refused("a `check(candidate)` script and no entry_point column: which function to check is the "
                           "row's to say")  # fmt: skip
-        candidate = module.__dict__.get(job["entry_point"])
+        candidate = module.__dict__.get(job.entry_point)
         return int(_run_one(lambda: module.__dict__["check"](candidate), link, per_test_s, report)), 1
     if link.calls == calls:
         report["uncalled"] += 1

@@ -17,6 +17,7 @@ from typing import Any
 from ..sandbox import launch as sandbox
 from ..sandbox.inside.wire import NotPlainData, decode, encode
 from ..sandbox.worker import SandboxWorker, WorkerGone, WorkerSpec, WorkerStarter
+from .records import JudgeJob
 
 STARTUP_ALLOWANCE_S = 1.0  # sandbox and interpreter start-up, on top of one per-test budget for the program itself
 REPLY_GRACE_S = 0.25  # how long past a call's budget the judge waits before it kills the worker
@@ -83,24 +84,23 @@ class Link:
     """One row's worker: started lazily, restarted after a crash while the row has time. `calls` counts the calls
     made into the program."""
 
-    def __init__(self, job: dict, row_deadline: float, start_worker: WorkerStarter | None = None):
+    def __init__(self, job: JudgeJob, row_deadline: float, start_worker: WorkerStarter | None = None):
         self.job, self.row_deadline, self.start_worker = job, row_deadline, start_worker
         self.worker: SandboxWorker | None = None
         self.generation = 0
         self.failed_to_load = False
         self.calls = 0
         self.callbacks: list = []  # functions the tests passed to the program, by the number it calls them with
-        self.test_deadline = time.monotonic() + job["per_test_s"]
+        self.test_deadline = time.monotonic() + job.per_test_s
 
     def ensure(self) -> bool:
         if self.worker is not None and self.worker.alive:
             return True
-        startup_s = STARTUP_ALLOWANCE_S + self.job["per_test_s"]
+        startup_s = STARTUP_ALLOWANCE_S + self.job.per_test_s
         if self.failed_to_load or time.monotonic() + startup_s > self.row_deadline:
             return False
-        limits = sandbox.Limits(**self.job["limits"])
         try:
-            spec = WorkerSpec(self.job["backend"], self.job["program"], self.job["per_test_s"], limits)
+            spec = WorkerSpec(self.job.backend, self.job.program, self.job.per_test_s, self.job.limits)
             self.worker = SandboxWorker(spec, self.start_worker)
         except OSError as error:  # no process could be started: the machine's failure, not the program's
             raise sandbox.SandboxUnavailable(f"could not start the sandboxed worker: {error}") from error
