@@ -27,6 +27,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from gspo_recipes import _trl
 from gspo_recipes.loss.batch import gspo_batch_loss
+from gspo_recipes.loss.objective import zero_where_masked
 from gspo_recipes.sampler import SamplerLogprobs
 from gspo_recipes.sampler.sampling_mask import KEPT_IDS_KEY
 from gspo_recipes.stats.calibration import EpsilonCalibration
@@ -261,6 +262,8 @@ class GSPOTrainer(GRPOTrainer):
         old_per_token_logps = inputs.get("old_per_token_logps")
         if old_per_token_logps is None:  # exactly on-policy: TRL skips the old forward pass
             old_per_token_logps = per_token_logps.detach()
+        # A sampler may pad its log-probs with -inf or NaN; TRL's masks below average them as our loss would.
+        old_per_token_logps = zero_where_masked(old_per_token_logps, mask)
         off_policy_mask, entropy_mask = policy_masks(
             self, inputs, per_token_logps, old_per_token_logps, entropies, inputs["advantages"], mask
         )
