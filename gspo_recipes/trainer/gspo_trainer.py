@@ -34,6 +34,7 @@ from gspo_recipes.stats.calibration import EpsilonCalibration
 from gspo_recipes.stats.response_stats import window_ends
 from gspo_recipes.trainer.config import GSPOConfig
 from gspo_recipes.trainer.dynamic_sampling import FILLER_KEY
+from gspo_recipes.trainer.engine import unengaged_engine
 from gspo_recipes.trainer.gloo_exit import end_gloo_process_group_at_exit
 from gspo_recipes.trainer.group_health import GroupHealth
 from gspo_recipes.trainer.grpo_conversion import from_grpo_config
@@ -88,6 +89,9 @@ class GSPOTrainer(GRPOTrainer):
             rollout_func=rollout_func,
             environment_factory=environment_factory,
         )
+        unengaged = unengaged_engine(str(self.accelerator.distributed_type).split(".")[-1])
+        if unengaged is not None and self.accelerator.is_main_process:  # fsdp.yaml on CPU processes
+            logger.warning(unengaged)
         # The clip the loss applies: "sequence", "token" or None; clip statistics and warnings consult it.
         self.applied_clip = _trl.applied_clip(self)
         self.sampler_logprobs = SamplerLogprobs(self)  # old_logps_source, the mismatch monitor, vLLM's IS weight
