@@ -406,3 +406,51 @@ def test_report_replays_the_low_signal_warning_from_the_diagnostics_file():
 
     assert any("warning at step 3" in text for text in groups_summary([line(s, 0) for s in range(1, 6)]))
     assert not any("warning" in text for text in groups_summary([line(s, 12) for s in range(1, 6)]))
+
+
+@pytest.mark.parametrize("declared", [True, False], ids=["accuracy_reward", "plain_rewards"])
+def test_group_health_is_logged_with_or_without_an_accuracy_reward_and_names_its_reward(tmp_path, tiny, declared):
+    """Without a declared accuracy reward, gspo/groups/* come from TRL's total reward (weighted, over every function)
+    instead of going missing; the diagnostics file names the reward each section was judged on."""
+    from gspo_recipes.runfiles.diagnostics import diagnostics_path, read_diagnostics
+
+    scored = []
+
+    def plain(completions, kind, **kwargs):  # varies within the 'live' groups only
+        scored.append(list(zip(completions, kind)))
+        return [0.0 if k == "dead" else 1.0 if k == "solved" else float(any(c.isdigit() for c in t))
+                for t, k in zip(completions, kind)]  # fmt: skip
+
+    def digits(completions, **kwargs):  # shaping-like: differs within almost every group
+        return [float(sum(ch.isdigit() for ch in c)) for c in completions]
+
+    if declared:
+        plain.reward_kind = "accuracy"
+    trainer = make_trainer(tmp_path, tiny, rewards=(plain, digits), max_steps=4, gspo_diagnostics=True,
+                           reward_weights=[1.0, 0.5])  # fmt: skip
+    assert trainer.group_health.signal_name == ("plain" if declared else "total")
+    trainer.train()
+    logged = [e for e in trainer.state.log_history if "gspo/groups/effective_frac" in e]
+    assert len(logged) == len(scored) == 1
+    texts, kinds = zip(*scored[0])
+    by_hand = [0.0 if k == "dead" else 1.0 if k == "solved" else float(any(c.isdigit() for c in t))
+               for t, k in zip(texts, kinds)]  # fmt: skip
+    if not declared:
+        by_hand = [r + 0.5 * d for r, d in zip(by_hand, digits(list(texts)))]
+    expected = group_fractions(direct_counts(by_hand, 4))
+    if not declared:  # "solved" needs a 0/1 success reward; a total is not one
+        expected = {name: value for name, value in expected.items() if "/solve_" not in name}
+        assert not any("/solve_" in name for name in logged[0])
+    assert {name: logged[0][name] for name in expected} == pytest.approx(expected)
+    assert 0 < logged[0]["gspo/groups/zero_std_frac"] < 1  # some groups carry signal, some do not
+    sections = [line["groups"] for line in read_diagnostics(diagnostics_path(str(tmp_path))) if "groups" in line]
+    assert [section["reward"] for section in sections] == ["plain" if declared else "total"]
+
+
+def test_the_total_reward_weighs_the_functions_and_keeps_unscorable_rows_unscorable():
+    from gspo_recipes.trainer.group_health import total_reward
+
+    nan = float("nan")
+    per_func = torch.tensor([[1.0, 2.0], [nan, 2.0], [nan, nan]])
+    total = total_reward(per_func, torch.tensor([1.0, 0.5]))
+    assert total[:2].tolist() == [2.0, 1.0] and torch.isnan(total[2])
