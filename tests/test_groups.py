@@ -454,3 +454,47 @@ def test_the_total_reward_weighs_the_functions_and_keeps_unscorable_rows_unscora
     per_func = torch.tensor([[1.0, 2.0], [nan, 2.0], [nan, nan]])
     total = total_reward(per_func, torch.tensor([1.0, 0.5]))
     assert total[:2].tolist() == [2.0, 1.0] and torch.isnan(total[2])
+
+
+def test_the_open_windows_sections_go_into_the_checkpoint_and_come_back_on_resume(tmp_path, tiny):
+    from transformers import TrainerControl, TrainerState
+
+    from gspo_recipes.callbacks import LogRatioHistogramCallback
+
+    def writer(trainer):
+        return next(c for c in trainer.callback_handler.callbacks if isinstance(c, LogRatioHistogramCallback))
+
+    trainer = make_trainer(tmp_path, tiny, gspo_diagnostics=True)
+    staged = {"groups": {"batches": 1, "groups": 4, "reward": "toy_accuracy"}, "dynamic_sampling": {"rounds": 2}}
+    trainer.gspo_diagnostics_sections.update(staged)
+    state = TrainerState(global_step=2)
+    (tmp_path / "checkpoint-2").mkdir()
+    writer(trainer).on_save(trainer.args, state, TrainerControl())
+    trainer.gspo_diagnostics_sections.clear()  # what a fresh process resuming from checkpoint-2 starts with
+    writer(trainer).on_train_begin(trainer.args, state, TrainerControl())
+    assert trainer.gspo_diagnostics_sections == staged
+
+
+@pytest.mark.slow
+def test_a_resume_inside_a_logging_window_keeps_the_windows_group_counts(tmp_path, tiny):
+    """Resumed from a checkpoint in the middle of a logging window, the next diagnostics line counts the groups and
+    dynamic sampling's rounds of the whole window, as the uninterrupted run's line does: nothing lost, nothing twice."""
+    import shutil
+
+    from gspo_recipes.builtin.tiny import build_tiny_model_and_tokenizer
+    from gspo_recipes.runfiles.diagnostics import diagnostics_path, read_diagnostics
+
+    settings = dict(dynamic_sampling=True, gspo_diagnostics=True, max_steps=4, steps_per_generation=2,
+                    logging_steps=4, save_strategy="steps", save_steps=2)  # fmt: skip
+    whole = make_trainer(tmp_path, tiny, **settings)
+    whole.train()
+    path = diagnostics_path(str(tmp_path))
+    uninterrupted = read_diagnostics(path)
+    shutil.rmtree(tmp_path / "checkpoint-4")
+    resumed = make_trainer(tmp_path, build_tiny_model_and_tokenizer(), **settings)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
+    after_resume = read_diagnostics(path)
+    sections = ("groups", "dynamic_sampling")
+    assert [line["step"] for line in after_resume] == [line["step"] for line in uninterrupted] == [4]
+    assert uninterrupted[0]["groups"]["batches"] == 2  # the window holds generation batches from both sides
+    assert {s: after_resume[0][s] for s in sections} == {s: uninterrupted[0][s] for s in sections}
