@@ -498,3 +498,29 @@ def test_a_resume_inside_a_logging_window_keeps_the_windows_group_counts(tmp_pat
     assert [line["step"] for line in after_resume] == [line["step"] for line in uninterrupted] == [4]
     assert uninterrupted[0]["groups"]["batches"] == 2  # the window holds generation batches from both sides
     assert {s: after_resume[0][s] for s in sections} == {s: uninterrupted[0][s] for s in sections}
+
+
+@pytest.mark.slow
+def test_clip_frac_equals_trls_region_mean_with_filler_rows(tmp_path, tiny):
+    """With dynamic sampling's filler rows the micro-steps count different numbers of responses; TRL's rule (the mean
+    of the micro-steps' shares) would then differ from gspo/clip_frac (0.0714 against 0.0833 in the issue). Both are
+    the share of the window's responses instead."""
+    trainer = make_trainer(tmp_path, tiny, dynamic_sampling=True, dynamic_sampling_max_rounds=1, gspo_diagnostics=True,
+                           gradient_accumulation_steps=2, num_minibatches=2, max_steps=2, learning_rate=5e-2,
+                           epsilon=1e-4, epsilon_high=1e-4)  # fmt: skip
+    micro_steps, log_loss_metrics = [], trainer._log_loss_metrics
+
+    def spy(mode, mask, entropies, low, high, lengths, per_token_kl):
+        counted = lengths > 0  # filler rows have no completion tokens
+        micro_steps.append((trainer.state.global_step + 1, int(((low | high) & counted).sum()), int(counted.sum())))
+        return log_loss_metrics(mode, mask, entropies, low, high, lengths, per_token_kl)
+
+    trainer._log_loss_metrics = spy
+    trainer.train()
+    trls_rule_differs = False
+    for entry in (e for e in trainer.state.log_history if "gspo/clip_frac" in e):
+        steps = [(clipped, counted) for step, clipped, counted in micro_steps if step == entry["step"] and counted]
+        pooled = sum(c for c, _ in steps) / sum(n for _, n in steps)
+        assert entry["clip_ratio/region_mean"] == pytest.approx(entry["gspo/clip_frac"]) == pytest.approx(pooled)
+        trls_rule_differs |= abs(pooled - sum(c / n for c, n in steps) / len(steps)) > 1e-6
+    assert trls_rule_differs, "no step had micro-steps of different sizes with a clip: the test shows nothing"
