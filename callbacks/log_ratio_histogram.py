@@ -10,7 +10,8 @@ and `gspo/log_s_std/len_{lo}-{hi}`; sends a histogram to TensorBoard, Weights & 
 `report_to`; and appends one JSON line to `gspo_diagnostics.jsonl` (read by `gspo report` and `gspo calibrate`).
 The run's last step closes a window too (`window_ends`), so no response is left out when max_steps is not a
 multiple of logging_steps. On resume the file keeps the lines up to the checkpoint's step and continues from there,
-and the responses of the window open at the checkpoint (saved with it) count in the next line. Other callbacks add
+and the responses and staged sections (group counts) of the window open at the checkpoint (saved with it) count in
+the next line. Other callbacks add
 sections to a line by putting them in `trainer.gspo_diagnostics_sections` in their `on_step_end` when `window_ends`
 (the line is written at `on_log`, after every callback's `on_step_end`). Each line also records whether the clip
 range was being calibrated (`calibrating`), whether it changed within the window (`clip_range_changed`) and which
@@ -36,7 +37,13 @@ from gspo_recipes._trl import (
     resumed_checkpoint,
 )
 from gspo_recipes.callbacks.clip_fraction import calibrating
-from gspo_recipes.runfiles.diagnostics import append_line, diagnostics_path, keep_lines_up_to
+from gspo_recipes.runfiles.diagnostics import (
+    append_line,
+    diagnostics_path,
+    keep_lines_up_to,
+    load_open_sections,
+    save_open_sections,
+)
 from gspo_recipes.stats.response_stats import bucket_label, checkpoint_folder, off_policy_responses, window_ends
 from gspo_recipes.stats.response_stats import length_buckets as make_length_buckets
 
@@ -72,11 +79,16 @@ class LogRatioHistogramCallback(TrainerCallback):
         if state.global_step > 0:  # resumed: the responses of the window that was open at the checkpoint
             folder = resumed_checkpoint(self.trainer) or checkpoint_folder(args, state)
             self.stats.restore_open_window(folder, state.is_world_process_zero)
+            # and the sections staged for its line (group and dynamic-sampling counts), which the line writes
+            for name, section in load_open_sections(folder).items():
+                self.trainer.gspo_diagnostics_sections.setdefault(name, section)
 
     def on_save(self, args, state, control, **kwargs):
         self.stats.save_open_window(
             checkpoint_folder(args, state), state.global_step, self.trainer.accelerator, state.is_world_process_zero
         )
+        if state.is_world_process_zero:  # the process that writes the lines
+            save_open_sections(checkpoint_folder(args, state), self.trainer.gspo_diagnostics_sections)
 
     def on_step_end(self, args, state, control, **kwargs):
         # The range this step's loss clipped with (calibration changes it at the start of a step's loss).

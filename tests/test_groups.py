@@ -406,3 +406,121 @@ def test_report_replays_the_low_signal_warning_from_the_diagnostics_file():
 
     assert any("warning at step 3" in text for text in groups_summary([line(s, 0) for s in range(1, 6)]))
     assert not any("warning" in text for text in groups_summary([line(s, 12) for s in range(1, 6)]))
+
+
+@pytest.mark.parametrize("declared", [True, False], ids=["accuracy_reward", "plain_rewards"])
+def test_group_health_is_logged_with_or_without_an_accuracy_reward_and_names_its_reward(tmp_path, tiny, declared):
+    """Without a declared accuracy reward, gspo/groups/* come from TRL's total reward (weighted, over every function)
+    instead of going missing; the diagnostics file names the reward each section was judged on."""
+    from gspo_recipes.runfiles.diagnostics import diagnostics_path, read_diagnostics
+
+    scored = []
+
+    def plain(completions, kind, **kwargs):  # varies within the 'live' groups only
+        scored.append(list(zip(completions, kind)))
+        return [0.0 if k == "dead" else 1.0 if k == "solved" else float(any(c.isdigit() for c in t))
+                for t, k in zip(completions, kind)]  # fmt: skip
+
+    def digits(completions, **kwargs):  # shaping-like: differs within almost every group
+        return [float(sum(ch.isdigit() for ch in c)) for c in completions]
+
+    if declared:
+        plain.reward_kind = "accuracy"
+    trainer = make_trainer(tmp_path, tiny, rewards=(plain, digits), max_steps=4, gspo_diagnostics=True,
+                           reward_weights=[1.0, 0.5])  # fmt: skip
+    assert trainer.group_health.signal_name == ("plain" if declared else "total")
+    trainer.train()
+    logged = [e for e in trainer.state.log_history if "gspo/groups/effective_frac" in e]
+    assert len(logged) == len(scored) == 1
+    texts, kinds = zip(*scored[0])
+    by_hand = [0.0 if k == "dead" else 1.0 if k == "solved" else float(any(c.isdigit() for c in t))
+               for t, k in zip(texts, kinds)]  # fmt: skip
+    if not declared:
+        by_hand = [r + 0.5 * d for r, d in zip(by_hand, digits(list(texts)))]
+    expected = group_fractions(direct_counts(by_hand, 4))
+    if not declared:  # "solved" needs a 0/1 success reward; a total is not one
+        expected = {name: value for name, value in expected.items() if "/solve_" not in name}
+        assert not any("/solve_" in name for name in logged[0])
+    assert {name: logged[0][name] for name in expected} == pytest.approx(expected)
+    assert 0 < logged[0]["gspo/groups/zero_std_frac"] < 1  # some groups carry signal, some do not
+    sections = [line["groups"] for line in read_diagnostics(diagnostics_path(str(tmp_path))) if "groups" in line]
+    assert [section["reward"] for section in sections] == ["plain" if declared else "total"]
+
+
+def test_the_total_reward_weighs_the_functions_and_keeps_unscorable_rows_unscorable():
+    from gspo_recipes.trainer.group_health import total_reward
+
+    nan = float("nan")
+    per_func = torch.tensor([[1.0, 2.0], [nan, 2.0], [nan, nan]])
+    total = total_reward(per_func, torch.tensor([1.0, 0.5]))
+    assert total[:2].tolist() == [2.0, 1.0] and torch.isnan(total[2])
+
+
+def test_the_open_windows_sections_go_into_the_checkpoint_and_come_back_on_resume(tmp_path, tiny):
+    from transformers import TrainerControl, TrainerState
+
+    from gspo_recipes.callbacks import LogRatioHistogramCallback
+
+    def writer(trainer):
+        return next(c for c in trainer.callback_handler.callbacks if isinstance(c, LogRatioHistogramCallback))
+
+    trainer = make_trainer(tmp_path, tiny, gspo_diagnostics=True)
+    staged = {"groups": {"batches": 1, "groups": 4, "reward": "toy_accuracy"}, "dynamic_sampling": {"rounds": 2}}
+    trainer.gspo_diagnostics_sections.update(staged)
+    state = TrainerState(global_step=2)
+    (tmp_path / "checkpoint-2").mkdir()
+    writer(trainer).on_save(trainer.args, state, TrainerControl())
+    trainer.gspo_diagnostics_sections.clear()  # what a fresh process resuming from checkpoint-2 starts with
+    writer(trainer).on_train_begin(trainer.args, state, TrainerControl())
+    assert trainer.gspo_diagnostics_sections == staged
+
+
+@pytest.mark.slow
+def test_a_resume_inside_a_logging_window_keeps_the_windows_group_counts(tmp_path, tiny):
+    """Resumed from a checkpoint in the middle of a logging window, the next diagnostics line counts the groups and
+    dynamic sampling's rounds of the whole window, as the uninterrupted run's line does: nothing lost, nothing twice."""
+    import shutil
+
+    from gspo_recipes.builtin.tiny import build_tiny_model_and_tokenizer
+    from gspo_recipes.runfiles.diagnostics import diagnostics_path, read_diagnostics
+
+    settings = dict(dynamic_sampling=True, gspo_diagnostics=True, max_steps=4, steps_per_generation=2,
+                    logging_steps=4, save_strategy="steps", save_steps=2)  # fmt: skip
+    whole = make_trainer(tmp_path, tiny, **settings)
+    whole.train()
+    path = diagnostics_path(str(tmp_path))
+    uninterrupted = read_diagnostics(path)
+    shutil.rmtree(tmp_path / "checkpoint-4")
+    resumed = make_trainer(tmp_path, build_tiny_model_and_tokenizer(), **settings)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
+    after_resume = read_diagnostics(path)
+    sections = ("groups", "dynamic_sampling")
+    assert [line["step"] for line in after_resume] == [line["step"] for line in uninterrupted] == [4]
+    assert uninterrupted[0]["groups"]["batches"] == 2  # the window holds generation batches from both sides
+    assert {s: after_resume[0][s] for s in sections} == {s: uninterrupted[0][s] for s in sections}
+
+
+@pytest.mark.slow
+def test_clip_frac_equals_trls_region_mean_with_filler_rows(tmp_path, tiny):
+    """With dynamic sampling's filler rows the micro-steps count different numbers of responses; TRL's rule (the mean
+    of the micro-steps' shares) would then differ from gspo/clip_frac (0.0714 against 0.0833 in the issue). Both are
+    the share of the window's responses instead."""
+    trainer = make_trainer(tmp_path, tiny, dynamic_sampling=True, dynamic_sampling_max_rounds=1, gspo_diagnostics=True,
+                           gradient_accumulation_steps=2, num_minibatches=2, max_steps=2, learning_rate=5e-2,
+                           epsilon=1e-4, epsilon_high=1e-4)  # fmt: skip
+    micro_steps, log_loss_metrics = [], trainer._log_loss_metrics
+
+    def spy(mode, mask, entropies, low, high, lengths, per_token_kl):
+        counted = lengths > 0  # filler rows have no completion tokens
+        micro_steps.append((trainer.state.global_step + 1, int(((low | high) & counted).sum()), int(counted.sum())))
+        return log_loss_metrics(mode, mask, entropies, low, high, lengths, per_token_kl)
+
+    trainer._log_loss_metrics = spy
+    trainer.train()
+    trls_rule_differs = False
+    for entry in (e for e in trainer.state.log_history if "gspo/clip_frac" in e):
+        steps = [(clipped, counted) for step, clipped, counted in micro_steps if step == entry["step"] and counted]
+        pooled = sum(c for c, _ in steps) / sum(n for _, n in steps)
+        assert entry["clip_ratio/region_mean"] == pytest.approx(entry["gspo/clip_frac"]) == pytest.approx(pooled)
+        trls_rule_differs |= abs(pooled - sum(c / n for c, n in steps) / len(steps)) > 1e-6
+    assert trls_rule_differs, "no step had micro-steps of different sizes with a clip: the test shows nothing"

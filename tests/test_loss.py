@@ -148,3 +148,53 @@ def test_objective_value_is_the_clipped_sequence_ratio():
     assert torch.allclose(surrogate[0], torch.full((3,), 1 + EPS_HIGH))  # clipped on the high side
     assert torch.allclose(surrogate[1], torch.full((3,), -math.exp(0.01)))  # active: min picks s * A
     assert EPS_LOW == 3e-4
+
+
+@pytest.mark.parametrize("poison", [float("-inf"), float("nan")])
+@pytest.mark.parametrize("where", ["logp", "logp_old", "ref"])
+@pytest.mark.parametrize(
+    "options", [{}, {"token_log_ratio_clip": 0.5, "measure_one_token": True}, {"beta": 0.1, "delta": 2.0}]
+)
+def test_non_finite_values_at_masked_positions_change_nothing(poison, where, options):
+    """A sampler that pads log-probs with -inf (or NaN) leaves the loss, its gradient and the clip decisions as they
+    are with finite padding: the mask is 0 there, so nothing there may enter the arithmetic."""
+    from gspo_recipes.loss.batch import gspo_batch_loss
+
+    torch.manual_seed(0)
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0], [1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]])
+    clean = {"logp": -torch.rand(3, 4) - 0.1, "ref": -torch.rand(3, 4) - 0.1}
+    clean["logp_old"] = clean["logp"] + 0.01 * torch.randn(3, 4)
+    poisoned = {name: value.clone() for name, value in clean.items()}
+    poisoned[where][mask == 0] = poison
+    advantages = torch.tensor([1.0, -1.0, 0.5])
+
+    def run(values):
+        logp = values["logp"].clone().requires_grad_()
+        step = gspo_batch_loss(logp, values["logp_old"], advantages, mask, 0.003, 0.004,
+                               ref_per_token_logps=values["ref"], **options)  # fmt: skip
+        step.loss.backward()
+        simple = logp.detach().clone().requires_grad_()
+        loss, stats = gspo_loss(simple, values["logp_old"], advantages, mask, 0.003, 0.004)
+        loss.backward()
+        return step, logp.grad, loss, simple.grad, stats
+
+    expected, got = run(clean), run(poisoned)
+    for want, have in zip(expected[1:4], got[1:4]):  # the batch loss's gradient, gspo_loss's value and gradient
+        assert torch.isfinite(have).all() and torch.equal(have, want)
+    assert torch.equal(got[0].loss, expected[0].loss) and torch.isfinite(got[0].loss)
+    assert torch.equal(got[0].log_s, expected[0].log_s)
+    assert torch.equal(got[0].low | got[0].high, expected[0].low | expected[0].high)
+    if options.get("measure_one_token"):
+        assert torch.equal(got[0].one_token, expected[0].one_token)
+    if options.get("beta"):
+        assert torch.equal(got[0].per_token_kl * mask, expected[0].per_token_kl * mask)
+    assert got[4]["clip_frac"] == expected[4]["clip_frac"] and got[4]["log_s_mean"] == expected[4]["log_s_mean"]
+
+
+@pytest.mark.parametrize("poison", [float("-inf"), float("nan")])
+def test_grpo_contrast_loss_ignores_non_finite_padding(poison):
+    mask = torch.tensor([[1.0, 1.0, 0.0]])
+    logp = torch.tensor([[-0.5, -0.7, poison]], requires_grad=True)
+    loss, stats = grpo_token_loss(logp, torch.tensor([[-0.6, -0.7, poison]]), torch.tensor([1.0]), mask)
+    loss.backward()
+    assert torch.isfinite(loss) and torch.isfinite(logp.grad).all() and logp.grad[0, 2] == 0

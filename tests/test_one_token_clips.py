@@ -150,7 +150,9 @@ def test_option_off_is_todays_objective_bit_for_bit(per_token):
     adv = advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages
     expected = torch.minimum(ratio * adv, torch.clamp(ratio, 1.0 - 0.01, 1.0 + 0.012) * adv)
     (expected_grad,) = torch.autograd.grad(-mean_over_responses(expected, mask), before)
-    assert torch.equal(surrogate.detach(), expected.detach()) and torch.equal(grad, expected_grad)
+    # At masked positions nothing is read (a sampler's -inf padding must not reach the loss), so the values there may
+    # differ in rounding from that code's exp(log s + x - x); the masked surrogate and the gradient are bit for bit.
+    assert torch.equal(surrogate.detach() * mask, expected.detach() * mask) and torch.equal(grad, expected_grad)
 
 
 # ------------------------------------------------------------------------------------------------------- config

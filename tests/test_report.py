@@ -205,7 +205,18 @@ def test_groups_figure_and_summary_match_the_logged_metrics(tiny_run):
     logged = {e["step"]: e["gspo/groups/effective_frac"] for e in history if "gspo/groups/effective_frac" in e}
     assert series["step"] == sorted(logged) == [1, 5]  # one generation batch every four steps
     assert series["effective_frac"] == pytest.approx([logged[s] for s in series["step"]])
-    assert "groups (signal reward, 16 groups in 2 generation batches)" in (tiny_run / rep.SUMMARY_FILE).read_text()
+    summary = (tiny_run / rep.SUMMARY_FILE).read_text()
+    assert "groups (judged on digit_count_reward, 16 groups in 2 generation batches)" in summary
+
+
+def test_groups_judged_on_the_total_reward_say_so_and_claim_no_solved_share():
+    from gspo_recipes.commands.report.groups import groups_summary
+
+    counts = dict(batches=1, groups=4, responses=16, solve_all=1, solve_none=1, zero_std=2, effective=8)
+    on_total = groups_summary([{"step": 1, "groups": {**counts, "reward": "total"}}])[0]
+    assert on_total.startswith("groups (judged on total, 4 groups") and "solved" not in on_total
+    older = groups_summary([{"step": 1, "groups": counts}])[0]  # a file from before sections named their reward
+    assert older.startswith("groups (signal reward, 4 groups") and "all solved 25.0%" in older
 
 
 # ------------------------------------------------------------------------------------------------ one-token clips

@@ -335,6 +335,35 @@ def test_the_exit_hook_finds_gloos_worker_threads_and_leaves_none_running(tmp_pa
     assert int(words[3]) >= 1 and words[5] == "0", done.stdout
 
 
+_USERS_OWN_DESTROY = """
+import atexit, os, sys
+import torch, torch.distributed as dist
+from gspo_recipes import GSPOTrainer  # noqa: F401  (a script imports the package first, as every recipe does)
+from gspo_recipes.trainer.gloo_exit import end_gloo_process_group_at_exit
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[1])
+dist.init_process_group("gloo", rank=0, world_size=1)
+atexit.register(dist.destroy_process_group)  # the script's own clean-up, registered before training
+out = [torch.zeros(2)]
+dist.all_gather(out, torch.ones(2))
+end_gloo_process_group_at_exit()  # what GSPOTrainer.train does when the run has finished
+"""
+
+
+def test_the_exit_hook_leaves_the_users_own_destroy_alone(tmp_path):
+    """A script that destroys the group in its own atexit handler ends cleanly: the trainer's hook runs after the
+    script's handlers (and destroys nothing the script already destroyed), not before them."""
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = str(probe.getsockname()[1])
+    done = subprocess.run([sys.executable, "-c", _USERS_OWN_DESTROY, port], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Exception ignored" not in done.stderr and "Process group cannot be None" not in done.stderr, done.stderr
+
+
 @pytest.mark.slow
 def test_a_finished_run_destroys_its_gloo_group_before_the_interpreter_shuts_down(tmp_path):
     """Left to interpreter finalization, gloo's worker threads abort a process after a good run (SIGABRT, "terminate

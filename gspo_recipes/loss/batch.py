@@ -24,6 +24,7 @@ from gspo_recipes.loss.objective import (
     one_token_clip_drivers,
     response_advantage,
     sequence_log_ratio,
+    zero_where_masked,
 )
 
 
@@ -93,8 +94,13 @@ def gspo_batch_loss(
     a truncated response with no tokens counts as zero and leaves its neighbours' weight alone), divided by
     `accumulation_steps` (TRL turns off the Trainer's own scaling). `num_responses` replaces that count (dynamic
     sampling's padding rows do not count). `reference_length` turns on the length-scaled
-    range: response i gets eps * sqrt(reference_length / L_i).
+    range: response i gets eps * sqrt(reference_length / L_i). Log-probabilities at masked positions are never read
+    (a sampler may pad them with -inf or NaN).
     """
+    per_token_logps = zero_where_masked(per_token_logps, mask)
+    old_per_token_logps = zero_where_masked(old_per_token_logps, mask)
+    if ref_per_token_logps is not None:
+        ref_per_token_logps = zero_where_masked(ref_per_token_logps, mask)
     lengths = mask.sum(-1)
     eps_low, eps_high = length_scaled_epsilons(eps_low, eps_high, lengths, reference_length)
     surrogate, log_s, _ = gspo_token_objective(

@@ -33,13 +33,21 @@ MAX_LOG_RATIO = 10.0
 Epsilon = float | torch.Tensor
 
 
+def zero_where_masked(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """`values` with 0 wherever `mask` is 0, selected rather than multiplied: a sampler may pad log-probs with -inf or
+    NaN, and 0 * inf is NaN (in the value, and in the gradient of everything computed from it). The gradient at the
+    masked positions is 0."""
+    return torch.where(mask.bool(), values, torch.zeros((), dtype=values.dtype, device=values.device))
+
+
 def sequence_log_ratio(logp: torch.Tensor, logp_old: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """log s_i: the mean token log-ratio over each response's masked tokens, shape (N,).
 
-    A response with no tokens gets 0 (s_i = 1) instead of a 0/0.
+    A response with no tokens gets 0 (s_i = 1) instead of a 0/0. Values at masked positions are never read.
     """
     mask = mask.to(logp.dtype)
-    return ((logp - logp_old) * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
+    log_ratio = zero_where_masked(logp, mask) - zero_where_masked(logp_old, mask)
+    return (log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
 
 
 def length_scaled_epsilons(
@@ -66,8 +74,7 @@ def response_advantage(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Te
     """
     if advantages.dim() == 1:
         return advantages
-    mask = mask.to(advantages.dtype)
-    return (advantages * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
+    return zero_where_masked(advantages, mask).sum(-1) / mask.to(advantages.dtype).sum(-1).clamp(min=1.0)
 
 
 def gspo_token_objective(
@@ -99,7 +106,11 @@ def gspo_token_objective(
     Returns:
         surrogate (N, T), log s_i (N,, detached and unclamped) and the per-token ratio value s_it (N, T, detached).
         With `token_log_ratio_clip`, log s_i is the mean of the clamped token log-ratios: the ratio the clip judges.
+        Values at masked positions (of logp, logp_old, advantages) are never read: -inf or NaN padding is harmless.
     """
+    logp, logp_old = zero_where_masked(logp, mask), zero_where_masked(logp_old, mask)
+    if advantages.dim() == 2:
+        advantages = zero_where_masked(advantages, mask)
     if token_log_ratio_clip is None:
         log_s = sequence_log_ratio(logp.detach(), logp_old, mask)
         # Value: the (clamped) sequence ratio. Gradient: that of each token's own log-probability.
@@ -231,7 +242,7 @@ def mean_over_responses(per_token: torch.Tensor, mask: torch.Tensor, num_respons
     """
     mask = mask.to(per_token.dtype)
     lengths = mask.sum(-1)
-    per_response = (per_token * mask).sum(-1) / lengths.clamp(min=1.0)
+    per_response = (zero_where_masked(per_token, mask) * mask).sum(-1) / lengths.clamp(min=1.0)
     count = (lengths > 0).sum().clamp(min=1) if num_responses is None else torch.tensor(max(num_responses, 1))
     return per_response.sum() / count.to(per_token.dtype)
 
@@ -291,6 +302,7 @@ def grpo_token_loss(
 
     Returns the loss and `clip_frac`, the fraction of completion tokens clipped, and the token `log_ratio`.
     """
+    logp, logp_old = zero_where_masked(logp, mask), zero_where_masked(logp_old, mask)  # -inf/NaN padding unread
     log_w = (logp - logp_old).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)  # no inf from one wild token
     ratio = torch.exp(log_w)
     adv = advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages

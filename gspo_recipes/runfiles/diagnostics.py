@@ -2,7 +2,8 @@
 
 One JSON object per logging step, with at least "step". `LogRatioHistogramCallback` writes it; `gspo report` and
 `gspo calibrate` read it. A run killed while writing leaves a truncated last line: the reader skips lines that do not
-parse, and a resumed run rewrites the file with only the complete lines up to its checkpoint's step.
+parse, and a resumed run rewrites the file with only the complete lines up to its checkpoint's step, then writes the
+sections that were staged for the next line when the checkpoint was saved (`save_open_sections`) in its next line.
 """
 
 from __future__ import annotations
@@ -62,6 +63,26 @@ def keep_lines_up_to(path: str, step: int) -> None:
     with open(tmp, "w") as f:
         f.writelines(json.dumps(line) + "\n" for line in kept)
     os.replace(tmp, path)
+
+
+OPEN_SECTIONS_FILE = "gspo_open_sections.json"  # in a checkpoint folder: sections staged for the next, unwritten line
+
+
+def save_open_sections(folder: str, sections: dict) -> None:
+    """Save the sections staged since the last line (the groups and dynamic sampling counts of the open logging window,
+    warnings) into checkpoint `folder`, so that a run resumed from it writes them in its next line."""
+    if os.path.isdir(folder):
+        with open(os.path.join(folder, OPEN_SECTIONS_FILE), "w") as f:
+            json.dump(sections, f)
+
+
+def load_open_sections(folder: str) -> dict:
+    """The sections `save_open_sections` left in `folder`; none for a checkpoint from before they were saved."""
+    path = os.path.join(folder, OPEN_SECTIONS_FILE)
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        return json.load(f)
 
 
 def clip_range_of_line(line: dict, lengths):

@@ -76,6 +76,7 @@ from trl import GRPOConfig
 
 import gspo_recipes.trainer.config_checks as config_checks
 from gspo_recipes.stats.heldout import check_heldout_settings
+from gspo_recipes.trainer import engine
 from gspo_recipes.trainer.config_checks import CISPO_RECOMMENDED_CAP, TOKEN_SIZED_EPSILON, TOKEN_SUM_LOSS_TYPES  # noqa: F401 (public)
 
 logger = logging.getLogger(__name__)
@@ -312,6 +313,9 @@ class GSPOConfig(GRPOConfig):
             # TRL defaults to bf16, which stops a CPU-only machine at config time; there, train in float32.
             self.bf16 = False
         super().__post_init__()
+        replaced = engine.follow_training_precision(self)  # not the launcher's config file (trainer/engine.py)
+        if replaced is not None:
+            self._warn(engine.precision_message(replaced, self))
         config_checks.check_clip_range(self)
         config_checks.check_token_log_ratio_clip(self)
         config_checks.check_loss_type(self)

@@ -8,6 +8,12 @@ the GIL once finalization has begun is stopped mid-destructor, and the process a
 Destroying the group is not enough on its own: DDP's reducer (and any module that captured `group.WORLD`) keeps the
 backend, and so its worker threads, alive until the interpreter's last garbage collection (pytorch/pytorch#190489
 asks torch to warn about this). So the hook also yields the GIL until no worker thread is running.
+
+When: the hook is registered when this module is imported (with the package, before a script registers its own exit
+handlers) and armed when `train` returns. atexit runs handlers last-registered first, so a script's own clean-up
+(`atexit.register(dist.destroy_process_group)`, common in launch scripts) runs before it, and the hook then only
+settles the threads of the group the script destroyed. Registered after `train`, it ran first and destroyed the group
+under the script's handler ("AssertionError: Process group cannot be None" at exit on every rank).
 """
 
 from __future__ import annotations
@@ -21,20 +27,24 @@ WORKER_THREAD_NAME = "pt_gloo_runloop"
 SETTLE_SECONDS = 0.02  # one GIL hand-off is microseconds; a descheduled thread on a loaded machine needs a few ms
 MAX_WAIT_SECONDS = 1.0
 
-_registered = False
+_armed = False
 
 
 def end_gloo_process_group_at_exit() -> None:
-    """Register, once, the exit hook that destroys the default gloo group and lets its worker threads settle.
+    """Arm the exit hook that destroys the default gloo group and lets its worker threads settle.
 
-    Called after `train` returns (no collective is pending then). The group is destroyed unless the caller did so
+    Called after `train` returns (no collective is pending then; a run that failed leaves the group to the
+    interpreter, as before). At exit, after the script's own handlers, the group is destroyed unless something did so
     already (`accelerate launch` never does); the threads are settled in both cases. Other backends have no such
     threads: a no-op.
     """
-    global _registered
-    if not _registered:
-        _registered = True
-        atexit.register(_destroy_and_settle)
+    global _armed
+    _armed = True
+
+
+def _at_exit() -> None:
+    if _armed:
+        _destroy_and_settle()
 
 
 def _destroy_and_settle() -> None:
@@ -76,3 +86,6 @@ def _worker_states() -> list[str]:
         except OSError:  # the thread ended between the listing and the read
             continue
     return states
+
+
+atexit.register(_at_exit)  # at import: before the script's handlers are registered, so it runs after them

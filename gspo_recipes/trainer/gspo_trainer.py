@@ -27,12 +27,14 @@ from trl import GRPOConfig, GRPOTrainer
 
 from gspo_recipes import _trl
 from gspo_recipes.loss.batch import gspo_batch_loss
+from gspo_recipes.loss.objective import zero_where_masked
 from gspo_recipes.sampler import SamplerLogprobs
 from gspo_recipes.sampler.sampling_mask import KEPT_IDS_KEY
 from gspo_recipes.stats.calibration import EpsilonCalibration
 from gspo_recipes.stats.response_stats import window_ends
 from gspo_recipes.trainer.config import GSPOConfig
 from gspo_recipes.trainer.dynamic_sampling import FILLER_KEY
+from gspo_recipes.trainer.engine import unengaged_engine
 from gspo_recipes.trainer.gloo_exit import end_gloo_process_group_at_exit
 from gspo_recipes.trainer.group_health import GroupHealth
 from gspo_recipes.trainer.grpo_conversion import from_grpo_config
@@ -87,6 +89,9 @@ class GSPOTrainer(GRPOTrainer):
             rollout_func=rollout_func,
             environment_factory=environment_factory,
         )
+        unengaged = unengaged_engine(str(self.accelerator.distributed_type).split(".")[-1])
+        if unengaged is not None and self.accelerator.is_main_process:  # fsdp.yaml on CPU processes
+            logger.warning(unengaged)
         # The clip the loss applies: "sequence", "token" or None; clip statistics and warnings consult it.
         self.applied_clip = _trl.applied_clip(self)
         self.sampler_logprobs = SamplerLogprobs(self)  # old_logps_source, the mismatch monitor, vLLM's IS weight
@@ -95,6 +100,7 @@ class GSPOTrainer(GRPOTrainer):
             self._hand_loss_to_trl(args)
         # Per-response statistics are kept only while a consumer (a diagnostics callback) drains them.
         self.response_stats = None
+        self._clip_counts: dict[str, torch.Tensor] = {}  # per mode: clipped low, high, either, responses this window
         # L_ref of the length-scaled clip range (epsilon_length_scaling), None for the plain range: every statistic
         # that judges clipping reads it here (length_scaled_epsilons).
         self.epsilon_reference_length = args.resolved_epsilon_reference_length
@@ -261,6 +267,8 @@ class GSPOTrainer(GRPOTrainer):
         old_per_token_logps = inputs.get("old_per_token_logps")
         if old_per_token_logps is None:  # exactly on-policy: TRL skips the old forward pass
             old_per_token_logps = per_token_logps.detach()
+        # A sampler may pad its log-probs with -inf or NaN; TRL's masks below average them as our loss would.
+        old_per_token_logps = zero_where_masked(old_per_token_logps, mask)
         off_policy_mask, entropy_mask = policy_masks(
             self, inputs, per_token_logps, old_per_token_logps, entropies, inputs["advantages"], mask
         )
@@ -315,6 +323,23 @@ class GSPOTrainer(GRPOTrainer):
         if self.calibration is not None and not self.calibration.done and minibatch > 1:
             self.calibration.collect(log_s, response_adv, lengths > 0, lengths=lengths)
 
+    def _log_clip_shares(self, metrics, mode, low, high, has_tokens) -> None:
+        """clip_ratio/{low,high,region}_mean: the shares of the logging window's responses with tokens, pooled over
+        its micro-steps and processes, so that they equal gspo/clip_frac{_low,_high,}. TRL's rule, the mean over
+        micro-steps of each one's share, weighs a micro-step thinned by dynamic sampling's filler rows like a full one
+        (0.0714 against 0.0833 for one clip in micro-steps of 7 and 5 responses). The list holds one value: the
+        window's share so far."""
+        local = torch.stack(
+            [(side.float() * has_tokens).sum() for side in (low, high, low | high)] + [has_tokens.sum()]
+        )
+        counts = self.accelerator.reduce(local.float(), reduction="sum").cpu()
+        if "clip_ratio/region_mean" in metrics:  # TRL clears the store at each log: its absence starts a window
+            counts = counts + self._clip_counts[mode]
+        self._clip_counts[mode] = counts
+        if counts[3] > 0:  # a window of filler rows only has no share
+            for index, name in enumerate(("low_mean", "high_mean", "region_mean")):
+                metrics[f"clip_ratio/{name}"] = [(counts[index] / counts[3]).item()]
+
     def _log_loss_metrics(self, mode, mask, entropies, low, high, lengths, per_token_kl) -> None:
         """TRL's metric names and meanings, so existing dashboards keep working; clip ratios count responses."""
         metrics = _trl.metric_store(self, mode)
@@ -323,10 +348,7 @@ class GSPOTrainer(GRPOTrainer):
         if per_token_kl is not None:
             metrics["kl"].append(global_mean(per_token_kl.detach(), token_mask))
         metrics["entropy"].append(global_mean(entropies.detach(), token_mask))
-        has_tokens = (lengths > 0).float()
-        metrics["clip_ratio/low_mean"].append(global_mean(low.float(), has_tokens))
-        metrics["clip_ratio/high_mean"].append(global_mean(high.float(), has_tokens))
-        metrics["clip_ratio/region_mean"].append(global_mean((low | high).float(), has_tokens))
+        self._log_clip_shares(metrics, mode, low, high, (lengths > 0).float())
         # TRL: the smallest low-clipped and the largest high-clipped share among the gathered responses.
         metrics["clip_ratio/low_min"].append(self.accelerator.gather(low.float()).min().item())
         metrics["clip_ratio/high_max"].append(self.accelerator.gather(high.float()).max().item())

@@ -29,17 +29,28 @@ def groups_summary(lines: list[dict]) -> list[str]:
     """Lines for gspo_report.txt: the pooled group fractions and, with dynamic sampling, what it generated."""
     total: dict[str, int] = {}
     sampled: dict[str, int] = {}
+    judged_on: list[str] = []  # the reward each section was judged on (absent before the sections named it)
     for line in lines:
         for section, into in (("groups", total), ("dynamic_sampling", sampled)):
             for key, value in (line.get(section) or {}).items():
-                into[key] = into.get(key, 0) + value
+                if isinstance(value, str):
+                    if value not in judged_on:
+                        judged_on.append(value)
+                else:
+                    into[key] = into.get(key, 0) + value
     if not total.get("groups"):
         return []
     f = group_fractions(total)
+    reward = f"judged on {', '.join(judged_on)}" if judged_on else "signal reward"
+    solved = (
+        ""
+        if judged_on == ["total"]  # solved means 1 on a 0/1 success reward, which a total is not
+        else f", all solved {f['gspo/groups/solve_all_frac']:.1%}, none solved {f['gspo/groups/solve_none_frac']:.1%}"
+    )
     out = [
-        f"groups (signal reward, {total['groups']} groups in {total.get('batches', 0)} generation batches): "
+        f"groups ({reward}, {total['groups']} groups in {total.get('batches', 0)} generation batches): "
         f"effective {f['gspo/groups/effective_frac']:.1%} of responses, zero-std {f['gspo/groups/zero_std_frac']:.1%}"
-        f", all solved {f['gspo/groups/solve_all_frac']:.1%}, none solved {f['gspo/groups/solve_none_frac']:.1%}"
+        + solved
     ]
     replay = LowSignalWarning(window=3, dynamic_sampling=bool(sampled.get("batches")))
     replay.emit = False  # the report prints what it finds itself
