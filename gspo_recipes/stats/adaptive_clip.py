@@ -15,7 +15,7 @@ gathered from every process so every process decides the same, and per side:
 Guards: a wider range can hide a broken sampler, so the controller freezes (moves neither side) and says why while
 any of these holds over the window: the on-policy minibatch alone clips beyond half the target (sampler/trainer
 mismatch); one side clips wholesale while the other barely clips (a one-sided bias); most clips are one-token
-clips; a side's wanted epsilon has lain beyond its bound for `WINDOW` decisions; MoE routing volatility above
+clips; a side has sat at its bound, still pushing past it, for `WINDOW` decisions; MoE routing volatility above
 `ROUTING_CHANGED_LIMIT` without routing replay. Log-ratios are length-normalised before they enter (see
 `length_normalised`), so with `epsilon_length_scaling` the controlled epsilons are those at L_ref.
 
@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from gspo_recipes.loss import clipped_sides
 from gspo_recipes.stats.calibration import calibrate_epsilons
 
 WINDOW = 4  # rollouts pooled per decision
@@ -47,7 +48,7 @@ COLUMNS = ("log_s", "sign", "minibatch", "one_token")  # one row per response in
 
 CHECK = {
     "sampler_mismatch": "compare the sampler's and the trainer's log-probabilities (old_logps_source='recompute', "
-    "gspo/mismatch/*): the on-policy minibatch should not clip",
+    "gspo/sampler_mismatch/*): the on-policy minibatch should not clip",
     "one_sided": "a systematic bias between the sampler's and the trainer's log-probabilities shifts log s_i one way",
     "one_token": "outlier tokens drive the ratio: token_log_ratio_clip clamps them (gspo/clip_frac/one_token)",
     "at_bound": "the range wanted lies beyond 10x the start: recalibrate the start (epsilon_calibration_steps or "
@@ -79,12 +80,12 @@ def rollout_table(log_s, sign, minibatch, one_token=None) -> torch.Tensor:
 
 def clipped_shares(log_s, sign, epsilons: tuple[float, float]) -> tuple[dict[str, float], dict[str, int]]:
     """Per side, the share of that side's responses the range clips, and how many responses it has."""
-    low_bound, high_bound = math.log1p(-min(epsilons[0], 1 - 1e-12)), math.log1p(epsilons[1])
-    negative, positive = log_s[sign < 0], log_s[sign > 0]
-    counts = {"low": negative.numel(), "high": positive.numel()}
+    low, high = clipped_sides(log_s, sign, *epsilons)
+    negative, positive = sign < 0, sign > 0
+    counts = {"low": int(negative.sum()), "high": int(positive.sum())}
     shares = {
-        "low": (negative < low_bound).double().mean().item() if counts["low"] else math.nan,
-        "high": (positive > high_bound).double().mean().item() if counts["high"] else math.nan,
+        "low": low[negative].double().mean().item() if counts["low"] else math.nan,
+        "high": high[positive].double().mean().item() if counts["high"] else math.nan,
     }
     return shares, counts
 
@@ -106,7 +107,7 @@ class AdaptiveClipController:
         self.epsilons = start
         self.window: deque[torch.Tensor] = deque(maxlen=window)
         self.decisions = 0
-        self.beyond_bound = {side: 0 for side in SIDES}  # consecutive decisions whose wanted epsilon was out of bounds
+        self.at_bound = {side: 0 for side in SIDES}  # consecutive decisions at a bound, pushing past it
         self.frozen: dict[str, str] = {}
         self.last_direction = {side: 0 for side in SIDES}
         self.reversals = {side: 0 for side in SIDES}
@@ -176,13 +177,17 @@ class AdaptiveClipController:
             if one_token > ONE_TOKEN_SHARE:
                 guards["one_token"] = f"{one_token:.0%} of the clipped responses are one-token clips"
         for side in SIDES:
-            start = self.start[SIDES.index(side)]
-            out = side not in skipped and not (start / BOUND_FACTOR <= wanted[side] <= start * BOUND_FACTOR)
-            self.beyond_bound[side] = self.beyond_bound[side] + 1 if out else 0
-            if self.beyond_bound[side] >= self.window_size:
+            start, epsilon = self.start[SIDES.index(side)], self.epsilons[SIDES.index(side)]
+            floor, ceiling = start / BOUND_FACTOR, start * BOUND_FACTOR
+            # At a bound and still pushing past it (a wanted epsilon of 0 pushes past the floor).
+            pushing = (math.isclose(epsilon, floor) and not wanted[side] > floor) or (
+                math.isclose(epsilon, ceiling) and wanted[side] > ceiling
+            )
+            self.at_bound[side] = self.at_bound[side] + 1 if side not in skipped and pushing else 0
+            if self.at_bound[side] >= self.window_size:
                 guards["at_bound"] = (
-                    f"epsilon_{side} has wanted {wanted[side]:.3g}, beyond [{start / BOUND_FACTOR:.3g}, "
-                    f"{start * BOUND_FACTOR:.3g}], for {self.beyond_bound[side]} decisions"
+                    f"epsilon_{side} has sat at its bound {epsilon:.3g} (start {start:.3g} x 10 or / 10) for "
+                    f"{self.at_bound[side]} decisions, wanting {wanted[side]:.3g}"
                 )
         if routing_changed is not None and routing_changed > ROUTING_CHANGED_LIMIT:
             guards["routing"] = (
@@ -198,8 +203,8 @@ class AdaptiveClipController:
         return max((shares[s] for s in SIDES if counts[s] >= self.min_responses), default=0.0)
 
     def _clipped(self, off: torch.Tensor) -> torch.Tensor:
-        low_bound, high_bound = math.log1p(-min(self.epsilons[0], 1 - 1e-12)), math.log1p(self.epsilons[1])
-        return ((off[1] < 0) & (off[0] < low_bound)) | ((off[1] > 0) & (off[0] > high_bound))
+        low, high = clipped_sides(off[0], off[1], *self.epsilons)
+        return low | high
 
     def state_dict(self) -> dict:
         return {
@@ -210,7 +215,7 @@ class AdaptiveClipController:
             "epsilons": self.epsilons,
             "window": [table.tolist() for table in self.window],
             "decisions": self.decisions,
-            "beyond_bound": self.beyond_bound,
+            "at_bound": self.at_bound,
             "frozen": self.frozen,
             "last_direction": self.last_direction,
             "reversals": self.reversals,
@@ -224,7 +229,7 @@ class AdaptiveClipController:
         tables = [torch.tensor(t, dtype=torch.float64).reshape(len(COLUMNS), -1) for t in state["window"]]
         self.window = deque(tables, maxlen=self.window_size)
         self.decisions = state["decisions"]
-        self.beyond_bound, self.frozen = dict(state["beyond_bound"]), dict(state["frozen"])
+        self.at_bound, self.frozen = dict(state["at_bound"]), dict(state["frozen"])
         self.last_direction, self.reversals = dict(state["last_direction"]), dict(state["reversals"])
 
 
