@@ -115,8 +115,14 @@ def test_adaptive_guards_freeze_and_say_what_to_check(guard, rollout, routing):
     assert guard in decision.frozen and decision.epsilons == START
     assert decision.newly_frozen.keys() == decision.frozen.keys()
     assert "check:" in frozen_message(decision.frozen)
-    # Cleared: it moves again.
-    assert not controller.decide(crafted_rollout(0.3, 0.3), START).frozen or guard != "routing"
+    # Cleared: still frozen until no guard has held for a window of decisions (the defect's rollout leaves the
+    # pooled window too), then it moves again.
+    clean = [controller.decide(crafted_rollout(0.3, 0.3), START) for _ in range(8)]
+    unfrozen = next(i for i, d in enumerate(clean) if not d.frozen)
+    assert all(d.epsilons == START for d in clean[:unfrozen]) and unfrozen >= 3
+    if guard == "sampler_mismatch":  # the bad rollout's on-policy clips stay in the pooled window 3 more decisions
+        assert unfrozen == 6
+    assert controller.decide(crafted_rollout(0.3, 0.3), START).epsilons != START
 
 
 def test_adaptive_one_token_guard_freezes():

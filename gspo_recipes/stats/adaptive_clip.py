@@ -12,12 +12,12 @@ gathered from every process so every process decides the same, and per side:
   moves toward it in log space with gain `GAIN`, by at most x`MAX_STEP` per decision, within
   [start / `BOUND_FACTOR`, start x `BOUND_FACTOR`] around the configured or calibrated start.
 
-Guards: a wider range can hide a broken sampler, so the controller freezes (moves neither side) and says why while
-any of these holds over the window: the on-policy minibatch alone clips beyond half the target (sampler/trainer
-mismatch); one side clips wholesale while the other barely clips (a one-sided bias); most clips are one-token
-clips; a side has sat at its bound, still pushing past it, for `WINDOW` decisions; MoE routing volatility above
-`ROUTING_CHANGED_LIMIT` without routing replay. Log-ratios are length-normalised before they enter (see
-`length_normalised`), so with `epsilon_length_scaling` the controlled epsilons are those at L_ref.
+Guards: a wider range can hide a broken sampler, so the controller freezes (moves neither side) and says why when any
+of these holds over the window, until none has held for `WINDOW` decisions: the on-policy minibatch alone clips
+beyond half the target (sampler/trainer mismatch); one side clips wholesale while the other barely clips (a one-sided
+bias); most clips are one-token clips; a side has sat at its bound, still pushing past it, for `WINDOW` decisions;
+MoE routing volatility above `ROUTING_CHANGED_LIMIT` without routing replay. Log-ratios are length-normalised before
+they enter (see `length_normalised`), so with `epsilon_length_scaling` the controlled epsilons are those at L_ref.
 
 Pure math on torch tensors; gathering, logging and checkpoint folders are the trainer's.
 """
@@ -109,6 +109,7 @@ class AdaptiveClipController:
         self.decisions = 0
         self.at_bound = {side: 0 for side in SIDES}  # consecutive decisions at a bound, pushing past it
         self.frozen: dict[str, str] = {}
+        self.clear_decisions = 0  # consecutive decisions without a guard holding
         self.last_direction = {side: 0 for side in SIDES}
         self.reversals = {side: 0 for side in SIDES}
 
@@ -129,12 +130,18 @@ class AdaptiveClipController:
         decision.skipped = skipped
         guards = self._guards(pooled, off, shares, counts, wanted, skipped, routing_changed)
         decision.newly_frozen = {k: v for k, v in guards.items() if k not in self.frozen}
-        self.frozen = guards
-        decision.frozen = dict(guards)
+        # A defect that comes and goes (noise near a guard's threshold) must not let the range widen in its gaps:
+        # a freeze lasts until no guard has held for a whole window of decisions.
+        self.clear_decisions = 0 if guards else self.clear_decisions + 1
+        if guards:
+            self.frozen = {**self.frozen, **guards}
+        elif self.clear_decisions >= self.window_size:
+            self.frozen = {}
+        decision.frozen = dict(self.frozen)
         new = dict(zip(SIDES, self.epsilons))
         for side in SIDES:
             decision.factors[side] = 1.0
-            if guards or side in skipped or math.isnan(wanted[side]):
+            if self.frozen or side in skipped or math.isnan(wanted[side]):
                 continue
             if self.target / DEAD_BAND <= shares[side] <= self.target * DEAD_BAND:
                 continue
@@ -217,6 +224,7 @@ class AdaptiveClipController:
             "decisions": self.decisions,
             "at_bound": self.at_bound,
             "frozen": self.frozen,
+            "clear_decisions": self.clear_decisions,
             "last_direction": self.last_direction,
             "reversals": self.reversals,
         }
@@ -230,6 +238,7 @@ class AdaptiveClipController:
         self.window = deque(tables, maxlen=self.window_size)
         self.decisions = state["decisions"]
         self.at_bound, self.frozen = dict(state["at_bound"]), dict(state["frozen"])
+        self.clear_decisions = state["clear_decisions"]
         self.last_direction, self.reversals = dict(state["last_direction"]), dict(state["reversals"])
 
 
