@@ -212,8 +212,34 @@ def test_adaptive_range_changes_only_between_generation_batches(tmp_path, tiny, 
     assert changes, "the controller never moved: the test would not notice a change inside a batch"
 
 
+def test_adaptive_boundary_rule_is_trls_generation(tmp_path, tiny, prompt_dataset):
+    """`starts_generation_batch` (where the controller decides) holds exactly at the micro-steps TRL has just generated
+    for, on a schedule whose generation batches do not line up with optimizer steps (GUIDE 5)."""
+    from gspo_recipes import _trl
+
+    trainer = adaptive_trainer(
+        tiny, prompt_dataset, tmp_path, max_steps=5, gradient_accumulation_steps=2, steps_per_generation=3,
+        per_device_train_batch_size=4,
+    )  # fmt: skip
+    fresh, observed = {"generated": False}, []
+    generate, loss = trainer._generate_and_score_completions, trainer._compute_loss
+
+    def generation_spy(inputs):
+        fresh["generated"] = True
+        return generate(inputs)
+
+    def loss_spy(model, inputs):
+        observed.append((_trl.starts_generation_batch(trainer), fresh["generated"]))
+        fresh["generated"] = False
+        return loss(model, inputs)
+
+    trainer._generate_and_score_completions, trainer._compute_loss = generation_spy, loss_spy
+    trainer.train()
+    assert sum(truth for _, truth in observed) >= 3 and [rule for rule, _ in observed] == [t for _, t in observed]
+
+
 def test_adaptive_logs_the_range_and_decisions_and_off_logs_suggestions(tmp_path, tiny, prompt_dataset):
-    trainer = adaptive_trainer(tiny, prompt_dataset, tmp_path / "on", gspo_diagnostics=True)
+    trainer = adaptive_trainer(tiny, prompt_dataset, tmp_path / "on", gspo_diagnostics=True, max_steps=5)
     trainer.train()
     logged = {key for entry in trainer.state.log_history for key in entry}
     assert {"gspo/epsilon_low", "gspo/epsilon_high", "gspo/adaptive/share_low", "gspo/adaptive/factor_high"} <= logged
@@ -229,7 +255,7 @@ def test_adaptive_logs_the_range_and_decisions_and_off_logs_suggestions(tmp_path
     model, tokenizer = tiny
     fixed = adaptive_trainer(
         (model, tokenizer), prompt_dataset, tmp_path / "off", epsilon_adaptive=False, gspo_diagnostics=True,
-        logging_steps=4,  # a window of 24 off-policy responses: enough per side for a 10% quantile
+        logging_steps=4, max_steps=4,  # a window of 24 off-policy responses: enough per side for a 10% quantile
     )  # fmt: skip
     fixed.train()
     suggested = [entry for entry in fixed.state.log_history if "gspo/clip_suggest/high" in entry]

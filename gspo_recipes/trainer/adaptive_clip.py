@@ -56,7 +56,7 @@ class AdaptiveClipRange:
     def at_micro_step(self, calibrating: bool) -> None:
         """Call from the loss at every training micro-step, before the loss uses the range."""
         trainer = self.trainer
-        if trainer._step % _trl.micro_steps_per_generation(trainer.args) != 0:
+        if not _trl.starts_generation_batch(trainer):
             return
         rollout = self._gathered_rollout()
         if calibrating or rollout.numel() == 0:  # the start is the calibrated range, not known yet
