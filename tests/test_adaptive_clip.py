@@ -161,6 +161,31 @@ def test_adaptive_state_round_trip_with_a_partial_window():
     assert restored.state_dict() == controller.state_dict()
 
 
+def test_adaptive_composes_with_length_scaling():
+    """With epsilon_length_scaling a response of L tokens is clipped at epsilon * sqrt(L_ref / L): the controller sees
+    log s_i * sqrt(L / L_ref), so the share it measures under (epsilon_low, epsilon_high) is the loss's own."""
+    from types import SimpleNamespace
+
+    from gspo_recipes.loss import clipped_sides, length_scaled_epsilons
+    from gspo_recipes.stats.adaptive_clip import clipped_shares
+    from gspo_recipes.trainer.adaptive_clip import AdaptiveClipRange
+
+    args = SimpleNamespace(epsilon_target_clip=0.1, epsilon_adaptive_min_responses=1)
+    hook = AdaptiveClipRange(SimpleNamespace(args=args, epsilon_reference_length=32))
+    generator = torch.Generator().manual_seed(0)
+    lengths = torch.tensor([2, 8, 32] * 200)
+    log_s = torch.randn(600, generator=generator, dtype=torch.float64) * 4e-3 / lengths.sqrt()
+    advantages = torch.where(torch.arange(600) % 2 == 0, 1.0, -1.0).double()
+    hook.record(log_s, lengths, advantages, minibatch=2)
+    table = hook.rows[0]
+    assert torch.allclose(table[0], log_s * (lengths / 32).sqrt())
+    epsilons = (5e-4, 5e-4)
+    measured, _ = clipped_shares(table[0], table[1], epsilons)
+    low, high = clipped_sides(log_s, advantages, *length_scaled_epsilons(*epsilons, lengths.double(), 32))
+    assert measured["high"] == pytest.approx(high[advantages > 0].double().mean().item())
+    assert measured["low"] == pytest.approx(low[advantages < 0].double().mean().item())
+
+
 # ---------------------------------------------------------------------------------------------- in a real trainer
 
 
