@@ -22,7 +22,7 @@ and without a doubling of the learning rate at step `--drift-step`, `--seeds` se
 shares after the drift, the last-50-step reward, held-out pass@1 and the controller's share of step time.
 
     python benchmarks/adaptive_clip.py --part A [--plot docs/img/adaptive_clip_a.png]
-    python benchmarks/adaptive_clip.py --part B --steps 200 --seeds 3 [--out DIR]
+    python benchmarks/adaptive_clip.py --part B --steps 200 --seeds 3 [--out DIR] [--plot FILE]
 """
 
 from __future__ import annotations
@@ -266,7 +266,7 @@ def plot_part_a(traces: dict, path: str) -> None:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--part", choices=("A", "B"), default="A")
-    parser.add_argument("--plot", help="Part A: write the figure here")
+    parser.add_argument("--plot", help="write the part's figure here")
     parser.add_argument("--steps", type=int, default=200, help="Part B: optimizer steps per run")
     parser.add_argument("--drift-step", type=int, default=100, help="Part B: the step the learning rate doubles at")
     parser.add_argument("--seeds", type=int, default=3, help="Part B: seeds per arm")

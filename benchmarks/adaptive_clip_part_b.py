@@ -177,6 +177,41 @@ def summarise(runs: list[dict], steps: int, drift_step: int) -> tuple[list[str],
     return lines, failures
 
 
+def plot_part_b(runs: list[dict], drift_step: int, path: str) -> None:
+    """Per-side share clipped per optimizer step (mean over seeds), fixed against adaptive, with and without drift."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, axes = plt.subplots(2, 2, figsize=(11, 6), sharex=True, sharey=True)
+    for row, drift in enumerate((True, False)):
+        for column, (side, index) in enumerate((("low (A < 0)", 0), ("high (A > 0)", 1))):
+            ax = axes[row, column]
+            for adaptive, style in ((False, "k:"), (True, "b-")):
+                chosen = [r for r in runs if r["drift"] == drift and r["adaptive"] == adaptive]
+                if not chosen:
+                    continue
+                steps = sorted({int(s) for r in chosen for s in r["counts"]})
+                mean = [np.nanmean([side_shares(r["counts"], s, s)[index] for r in chosen]) for s in steps]
+                ax.plot(
+                    steps, mean, style, lw=1, label=("adaptive" if adaptive else "fixed") + f" ({len(chosen)} seeds)"
+                )
+            ax.axhspan(*BAND, color="g", alpha=0.1)
+            if drift:
+                ax.axvline(drift_step, color="r", lw=0.8, ls="--")
+            ax.set_title(f"{'LR x2 at step ' + str(drift_step) if drift else 'no drift'}: clipped {side}", fontsize=9)
+    axes[0, 0].legend(fontsize=8)
+    for ax in axes[1]:
+        ax.set_xlabel("optimizer step")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("share of the side's off-policy responses")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def part_b(args) -> int:
     os.makedirs(args.out, exist_ok=True)
     results_path = os.path.join(args.out, "part_b.json")
@@ -197,6 +232,9 @@ def part_b(args) -> int:
                 print(f"done: drift={drift} adaptive={adaptive} seed={seed} ({run['wall_s']:.0f} s)", flush=True)
     lines, failures = summarise(runs, args.steps, args.drift_step)
     print("\n".join(lines))
+    if args.plot:
+        plot_part_b(runs, args.drift_step, args.plot)
+        print(f"figure: {args.plot}")
     for failure in failures:
         print(f"FAIL {failure}")
     print("Part B: every check holds" if not failures else f"Part B: {len(failures)} check(s) failed")

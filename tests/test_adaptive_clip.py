@@ -263,6 +263,15 @@ def test_adaptive_boundary_rule_is_trls_generation(tmp_path, tiny, prompt_datase
     assert sum(truth for _, truth in observed) >= 3 and [rule for rule, _ in observed] == [t for _, t in observed]
 
 
+def test_adaptive_waits_for_the_learning_rate_warm_up(tmp_path, tiny, prompt_dataset):
+    trainer = adaptive_trainer(tiny, prompt_dataset, tmp_path, max_steps=9, warmup_steps=5)
+    seen = ranges_per_micro_step(trainer)
+    trainer.train()
+    # Boundaries at steps 4 (warming up: nothing decided, its rollout left out) and 8 (from the rollout of 4-7).
+    assert {epsilons for batch, epsilons in seen if batch <= 1} == {(3e-4, 4e-4)}
+    assert trainer.adaptive_clip.controller.decisions == 1 and len(trainer.adaptive_clip.controller.window) == 1
+
+
 def test_adaptive_logs_the_range_and_decisions_and_off_logs_suggestions(tmp_path, tiny, prompt_dataset):
     trainer = adaptive_trainer(tiny, prompt_dataset, tmp_path / "on", gspo_diagnostics=True, max_steps=5)
     trainer.train()
