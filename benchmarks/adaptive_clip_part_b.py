@@ -121,9 +121,10 @@ def train_run(adaptive: bool, drift: bool, seed: int, steps: int, drift_step: in
 
 
 def side_shares(counts: dict, first: int, last: int) -> tuple[float, float]:
+    """Each side's share clipped over the steps first..last (NaN for a side without responses there)."""
     rows = [row for step, row in counts.items() if first <= int(step) <= last]
     total = [sum(column) for column in zip(*rows)] if rows else [0, 0, 0, 0]
-    return total[1] / max(total[0], 1), total[3] / max(total[2], 1)
+    return (total[1] / total[0] if total[0] else float("nan")), (total[3] / total[2] if total[2] else float("nan"))
 
 
 def summarise(runs: list[dict], steps: int, drift_step: int) -> tuple[list[str], list[str]]:
@@ -177,8 +178,8 @@ def summarise(runs: list[dict], steps: int, drift_step: int) -> tuple[list[str],
     return lines, failures
 
 
-def plot_part_b(runs: list[dict], drift_step: int, path: str) -> None:
-    """Per-side share clipped per optimizer step (mean over seeds), fixed against adaptive, with and without drift."""
+def plot_part_b(runs: list[dict], drift_step: int, path: str, rollout_steps: int = 4) -> None:
+    """Per-side share clipped per rollout (mean over seeds), fixed against adaptive, with and without drift."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -193,11 +194,15 @@ def plot_part_b(runs: list[dict], drift_step: int, path: str) -> None:
                 chosen = [r for r in runs if r["drift"] == drift and r["adaptive"] == adaptive]
                 if not chosen:
                     continue
-                steps = sorted({int(s) for r in chosen for s in r["counts"]})
-                mean = [np.nanmean([side_shares(r["counts"], s, s)[index] for r in chosen]) for s in steps]
-                ax.plot(
-                    steps, mean, style, lw=1, label=("adaptive" if adaptive else "fixed") + f" ({len(chosen)} seeds)"
-                )
+                # One point per rollout (its num_minibatches optimizer steps): a single step holds one minibatch.
+                last = max(int(s) for r in chosen for s in r["counts"])
+                starts = list(range(0, last + 1, rollout_steps))
+                mean = [
+                    np.nanmean([side_shares(r["counts"], a, a + rollout_steps - 1)[index] for r in chosen])
+                    for a in starts
+                ]
+                label = ("adaptive" if adaptive else "fixed") + f" ({len(chosen)} seeds)"
+                ax.plot([a + rollout_steps / 2 for a in starts], mean, style, marker=".", lw=1, label=label)
             ax.axhspan(*BAND, color="g", alpha=0.1)
             if drift:
                 ax.axvline(drift_step, color="r", lw=0.8, ls="--")

@@ -163,14 +163,15 @@ class GSPOConfig(GRPOConfig):
     epsilon_adaptive: bool = field(
         default=False,
         metadata={
-            "help": "Let the clip range follow the run: at each rollout boundary (never inside a generation batch) "
-            "each side moves toward the epsilon that clips epsilon_target_clip of the last 4 rollouts' off-policy "
-            "responses, by half the log-distance, at most x1.5 per decision, within [start / 10, start x 10] of the "
-            "configured or calibrated range, and only when the share leaves [target / 1.5, target x 1.5]. It freezes "
-            "with a warning when widening would hide a defect (sampler mismatch, one-sided bias, one-token clips, "
-            "a bound held for 4 decisions, MoE routing volatility). Logged as gspo/epsilon_low, gspo/epsilon_high, "
-            "gspo/adaptive/*; saved with each checkpoint. Composes with epsilon_length_scaling (the epsilons at "
-            "L_ref) and epsilon_calibration_steps (the calibrated range is the start). Needs GSPOTrainer's loss."
+            "help": "Let the clip range follow the run: at each rollout boundary (never inside a generation "
+            "batch, nor during the learning-rate warm-up) each side moves toward the epsilon that clips "
+            "epsilon_target_clip of the last 4 rollouts' off-policy responses, by half the log-distance, at most "
+            "x1.5 per decision, within [start / 10, start x 10] of the configured or calibrated range, and only when "
+            "the share leaves [target / 1.5, target x 1.5]. It freezes with a warning when widening would hide a "
+            "defect (sampler mismatch, one-sided bias, one-token clips, a bound held for 4 decisions, MoE routing "
+            "volatility). Logged as gspo/epsilon_low, gspo/epsilon_high, gspo/adaptive/*; saved with each "
+            "checkpoint. Composes with epsilon_length_scaling (the epsilons at L_ref) and epsilon_calibration_steps "
+            "(the calibrated range is the start). Needs GSPOTrainer's loss."
         },
     )
     epsilon_adaptive_min_responses: int = field(
