@@ -289,7 +289,7 @@ def test_adaptive_logs_the_range_and_decisions_and_off_logs_suggestions(tmp_path
     model, tokenizer = tiny
     fixed = adaptive_trainer(
         (model, tokenizer), prompt_dataset, tmp_path / "off", epsilon_adaptive=False, gspo_diagnostics=True,
-        logging_steps=4, max_steps=4,  # a window of 24 off-policy responses: enough per side for a 10% quantile
+        logging_steps=4,  # windows of 24 off-policy responses: some with 10 per side, enough for a 10% quantile
     )  # fmt: skip
     fixed.train()
     suggested = [entry for entry in fixed.state.log_history if "gspo/clip_suggest/high" in entry]
