@@ -9,15 +9,19 @@ Logged at every logging step, over the responses seen since the previous one and
 `gspo/clip_frac`, `gspo/clip_frac_low`, `gspo/clip_frac_high`; the same under `/len_{lo}-{hi}` per length bucket;
 `gspo/clip_frac/minibatch_{k}` (k = 1 is the on-policy minibatch); `gspo/clip_frac/one_token`, the share of the
 clipped off-policy responses that one token clips (`gspo_recipes.loss.one_token_clips`), overall and per length
-bucket. High: s_i > 1 + epsilon_high with A > 0. Low: s_i < 1 - epsilon_low with A < 0. The health warnings judge
-nothing while `GSPOTrainer` calibrates the clip range (`epsilon_calibration_steps`), nor over a window or across
-windows in which the range changed. Copy this file into your project freely; it needs gspo-recipes installed.
+bucket; with a fixed range, `gspo/clip_suggest/low|high`, the range that would clip `epsilon_target_clip` of the
+window's off-policy responses per side. High: s_i > 1 + epsilon_high with A > 0. Low: s_i < 1 - epsilon_low with
+A < 0. The health warnings judge nothing while `GSPOTrainer` calibrates the clip range (`epsilon_calibration_steps`),
+nor over a window or across windows in which the range changed. Copy this file into your project freely; it needs
+gspo-recipes installed.
 
 Only the sequence clip is described: when the trainer's loss applies another (token-level ratios: TRL logs its own
 `clip_ratio/*`) or none (SAPO, VESPO, CISPO's cap), the callback logs nothing and gives no health warning.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from transformers import TrainerCallback
@@ -31,6 +35,7 @@ from gspo_recipes._trl import (
     resumed_checkpoint,
 )
 from gspo_recipes.runfiles.run_warnings import record_warning
+from gspo_recipes.stats.calibration import calibrate_epsilons, length_normalised
 from gspo_recipes.stats.health import HealthWarnings
 from gspo_recipes.stats.response_stats import bucket_label, checkpoint_folder, off_policy_responses, window_ends
 from gspo_recipes.stats.response_stats import length_buckets as make_length_buckets
@@ -96,6 +101,8 @@ class ClipFractionByLengthCallback(TrainerCallback):
         add_to_trainer_logs(self.trainer, clip_fractions(window, self.buckets))
         off_policy = off_policy_responses(window, not has_off_policy_minibatches(self.trainer.args))
         add_to_trainer_logs(self.trainer, one_token_fractions(window, self.buckets, off_policy))
+        if getattr(self.trainer, "adaptive_clip", None) is None:  # with the controller on, gspo/epsilon_* says it
+            add_to_trainer_logs(self.trainer, clip_suggestion(window, off_policy, self.trainer))
         # Judge nothing across a change of range, nor while calibrating.
         if len(ranges) > 1 or calibrating(self.trainer):
             self.warnings.restart()
@@ -107,6 +114,25 @@ def calibrating(trainer) -> bool:
     """Whether `GSPOTrainer` is still collecting the responses it calibrates the clip range from."""
     calibration = getattr(trainer, "calibration", None)
     return calibration is not None and not calibration.done
+
+
+def clip_suggestion(window: dict[str, torch.Tensor], off_policy: torch.Tensor, trainer) -> dict[str, float]:
+    """`gspo/clip_suggest/low|high`: the range that would have clipped `epsilon_target_clip` of this window's
+    off-policy responses per side (the quantile rule `GSPOConfig(epsilon_adaptive=True)` steers toward), so a fixed
+    range's drift shows without the loss changing. At L_ref for a length-scaled range. A side needs at least
+    1 / target responses, else its quantile is just its most extreme response."""
+    target = getattr(trainer.args, "epsilon_target_clip", 0.1)
+    reference_length = getattr(trainer, "epsilon_reference_length", None)
+    log_s = length_normalised(window["log_s"][off_policy], window["length"][off_policy], reference_length)
+    sign = torch.sign(window["advantage"][off_policy])
+    low, high = calibrate_epsilons(log_s, sign, target)
+    enough = math.ceil(1 / target)
+    metrics = {}
+    if (sign < 0).sum() >= enough:
+        metrics["gspo/clip_suggest/low"] = low
+    if (sign > 0).sum() >= enough:
+        metrics["gspo/clip_suggest/high"] = high
+    return metrics
 
 
 def clip_fractions(window: dict[str, torch.Tensor], buckets: list[tuple[int, int]]) -> dict[str, float]:

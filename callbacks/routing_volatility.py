@@ -75,6 +75,7 @@ class RoutingVolatilityCallback(TrainerCallback):
     def _log_step(self, shares: dict) -> None:
         if not shares["num_sets"]:
             return
+        self.trainer.routing_changed_frac = shares["changed_frac"]  # for the adaptive clip range's routing guard
         # TRL averages each list over the logging window; steps without a minibatch k add nothing to its mean.
         store = metric_store(self.trainer)
         store["gspo/routing/changed_frac"].append(shares["changed_frac"])

@@ -143,6 +143,12 @@ def recomputes_old_logps(trainer) -> bool:
     )
 
 
+def starts_generation_batch(trainer) -> bool:
+    """Whether the current training micro-step (call from the loss) is the first served from a new generation batch:
+    TRL generates when `_step`, counted from 0 at every train start, is a multiple of `micro_steps_per_generation`."""
+    return trainer._step % micro_steps_per_generation(trainer.args) == 0
+
+
 def minibatch_index(trainer) -> int:
     """1 + the number of optimizer steps taken since the current micro-step's responses were sampled; 1 is on-policy.
 

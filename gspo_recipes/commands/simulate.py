@@ -111,6 +111,20 @@ def simulate_length(
     )
 
 
+def sequence_log_ratios(
+    lengths: np.ndarray, token_mean: np.ndarray, token_sigma: np.ndarray, rng: np.random.Generator
+) -> np.ndarray:
+    """log s_i of responses of these lengths under the noise model, per response a mean and spread of its tokens'
+    log-ratios (each token independent Gaussian): the per-token draws of `simulate_length`, averaged over each
+    response's own tokens. benchmarks/adaptive_clip.py drives the clip range controller with it."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    tokens = rng.standard_normal((lengths.size, int(lengths.max())))
+    tokens *= np.asarray(token_sigma, dtype=np.float64).reshape(-1, 1)
+    tokens += np.asarray(token_mean, dtype=np.float64).reshape(-1, 1)
+    inside = np.arange(tokens.shape[1])[None, :] < lengths[:, None]
+    return (tokens * inside).sum(axis=1) / lengths
+
+
 def simulate(
     sigma: float = DEFAULT_SIGMA,
     lengths: tuple[int, ...] | list[int] = DEFAULT_LENGTHS,

@@ -18,6 +18,10 @@ Parameters that differ from `GRPOConfig`'s defaults:
 
     epsilon_calibration_steps (`int`, defaults to `0`): calibrate the clip range during the first N optimizer steps.
     epsilon_target_clip (`float`, defaults to `0.1`): the fraction of responses to clip on each side.
+    epsilon_adaptive (`bool`, defaults to `False`): a clip range that follows the run toward epsilon_target_clip,
+        decided per side at each rollout boundary, frozen with a warning when a guard holds (docs/clip-range.md).
+    epsilon_adaptive_min_responses (`int`, defaults to `32`): a side with fewer off-policy responses in the
+        controller's window is left as it is.
     token_log_ratio_clip (`float`, defaults to `None`): GMPO-style clamp of each token's log-ratio before the mean.
     epsilon_length_scaling (`bool`, defaults to `False`): a clip range that scales with length like 1/sqrt(L):
         a response of L tokens gets epsilon * sqrt(L_ref / L) on both sides.
@@ -152,7 +156,31 @@ class GSPOConfig(GRPOConfig):
     )
     epsilon_target_clip: float = field(
         default=0.1,
-        metadata={"help": "With epsilon_calibration_steps: the fraction of responses to clip on each side."},
+        metadata={
+            "help": "With epsilon_calibration_steps or epsilon_adaptive: the fraction of responses to clip on each "
+            "side (of the off-policy responses with A < 0 and A > 0 respectively)."
+        },
+    )
+    epsilon_adaptive: bool = field(
+        default=False,
+        metadata={
+            "help": "Let the clip range follow the run: at each rollout boundary (never inside a generation "
+            "batch, nor during the learning-rate warm-up) each side moves toward the epsilon that clips "
+            "epsilon_target_clip of the last 4 rollouts' off-policy responses, by half the log-distance, at most "
+            "x1.5 per decision, within [start / 10, start x 10] of the configured or calibrated range, and only when "
+            "the share leaves [target / 1.5, target x 1.5]. It freezes with a warning when widening would hide a "
+            "defect (sampler mismatch, one-sided bias, one-token clips, a bound held for 4 decisions, MoE routing "
+            "volatility). Logged as gspo/epsilon_low, gspo/epsilon_high, gspo/adaptive/*; saved with each "
+            "checkpoint. Composes with epsilon_length_scaling (the epsilons at L_ref) and epsilon_calibration_steps "
+            "(the calibrated range is the start). Needs GSPOTrainer's loss."
+        },
+    )
+    epsilon_adaptive_min_responses: int = field(
+        default=32,
+        metadata={
+            "help": "With epsilon_adaptive: a side is adjusted only when the window holds at least this many "
+            "off-policy responses of its advantage sign."
+        },
     )
     token_log_ratio_clip: float | None = field(
         default=None,

@@ -31,6 +31,7 @@ def check_clip_range(config) -> None:
             f"epsilon_target_clip={config.epsilon_target_clip} must lie strictly between 0 and 1 (0.1 clips 10% of "
             "the responses on each side)."
         )
+    check_adaptive_clip(config)
     check_length_scaling(config)
     if config.loss_type not in TWO_SIDED_CLIP_LOSS_TYPES:  # CISPO's cap, or no clip at all (SAPO, VESPO)
         return
@@ -52,6 +53,32 @@ def check_clip_range(config) -> None:
             "log s_i on your first batches and choose the range from it (`gspo calibrate RUN_DIR`).",
             config.epsilon,
             config.epsilon_high,
+        )
+
+
+def check_adaptive_clip(config) -> None:
+    if not config.epsilon_adaptive:
+        return
+    if not 0 < config.epsilon_target_clip < 1:
+        raise ValueError(
+            f"epsilon_target_clip={config.epsilon_target_clip} must lie strictly between 0 and 1 (0.1 clips 10% of "
+            "the responses on each side)."
+        )
+    if config.epsilon_adaptive_min_responses < 1:
+        raise ValueError(
+            f"epsilon_adaptive_min_responses={config.epsilon_adaptive_min_responses} must be at least 1 (32: a side "
+            "moves only with 32 off-policy responses of its sign in the window)."
+        )
+    if min(config.epsilon, config.epsilon_high or 0.0) <= 0:
+        raise ValueError(
+            f"epsilon_adaptive scales the range by factors, but epsilon={config.epsilon}, epsilon_high="
+            f"{config.epsilon_high}: a side at 0 can never move. Start from a positive range (GSPO's 3e-4 / 4e-4)."
+        )
+    if config.importance_sampling_level != "sequence" or config.loss_type != "grpo":
+        raise ValueError(
+            "epsilon_adaptive controls GSPO's sequence-level clip range, but importance_sampling_level="
+            f"'{config.importance_sampling_level}', loss_type='{config.loss_type}'. Set epsilon_adaptive=False, or "
+            "use importance_sampling_level='sequence' and loss_type='grpo'."
         )
 
 
@@ -194,6 +221,12 @@ def warn_if_on_policy(config) -> None:
     token_level_grpo = config.importance_sampling_level == "token" and not config.epsilon_calibration_steps
     if token_level_grpo:  # TRL's GRPO default; the advice below is about sequence ratios
         return
+    if config.epsilon_adaptive:
+        raise ValueError(
+            "epsilon_adaptive needs off-policy minibatches, but every micro-step of a generation batch falls in one "
+            "optimizer step, so every s_i is 1 and nothing can be measured. Set num_minibatches > 1, or "
+            "epsilon_adaptive=False."
+        )
     if config.epsilon_calibration_steps:
         raise ValueError(
             "epsilon_calibration_steps needs off-policy minibatches, but every micro-step of a generation batch "

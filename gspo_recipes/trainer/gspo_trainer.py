@@ -110,6 +110,11 @@ class GSPOTrainer(GRPOTrainer):
             if steps
             else None
         )
+        self.adaptive_clip = None  # epsilon_adaptive: the range follows the run (trainer/adaptive_clip.py)
+        if getattr(args, "epsilon_adaptive", False):
+            from gspo_recipes.trainer.adaptive_clip import AdaptiveClipRange
+
+            self.adaptive_clip = AdaptiveClipRange(self)
         # Groups that carry signal: gspo/groups/* always, dynamic sampling when asked (trainer/dynamic_sampling.py)
         self.group_health = GroupHealth(self)
         self.dynamic_sampler = None
@@ -156,6 +161,11 @@ class GSPOTrainer(GRPOTrainer):
             raise ValueError(
                 "epsilon_calibration_steps works with GSPOTrainer's own loss, which is off because of "
                 f"{', '.join(self._handed_to_trl)}. Remove those settings or set epsilon_calibration_steps=0."
+            )
+        if getattr(args, "epsilon_adaptive", False):
+            raise ValueError(
+                "epsilon_adaptive controls GSPOTrainer's own loss, which is off because of "
+                f"{', '.join(self._handed_to_trl)}. Remove those settings or set epsilon_adaptive=False."
             )
         # TRL's loss on this instance; a diagnostics callback records around it as for a plain GRPOTrainer.
         self._compute_loss = self._trl_loss
@@ -237,16 +247,25 @@ class GSPOTrainer(GRPOTrainer):
                 self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
             )
             self.dynamic_sampler.save(folder)
+        if self.adaptive_clip is not None:  # every process: the open rollout of all of them is saved
+            folder = os.path.join(
+                self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+            )
+            self.adaptive_clip.save(folder, write=self.args.should_save)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
-        if self.dynamic_sampler is not None and checkpoint is not None:
-            self.dynamic_sampler.load(checkpoint)
-        if self.calibration is None or checkpoint is None:
+        if checkpoint is None:
             return
-        if self.calibration.load(checkpoint, is_main_process=self.accelerator.is_main_process):
+        if self.dynamic_sampler is not None:
+            self.dynamic_sampler.load(checkpoint)
+        if self.calibration is not None and self.calibration.load(
+            checkpoint, is_main_process=self.accelerator.is_main_process
+        ):
             if self.calibration.done:
                 self.epsilon_low, self.epsilon_high = self.calibration.epsilons
+        if self.adaptive_clip is not None:  # after calibration's: the range it last chose is the one in force
+            self.adaptive_clip.load(checkpoint)
 
     def _trl_loss(self, model, inputs):
         if inputs["advantages"].dim() == 2:
@@ -260,6 +279,8 @@ class GSPOTrainer(GRPOTrainer):
         mode = "train" if self.model.training else "eval"
         if mode == "train":
             self._calibrate_if_due()
+            if self.adaptive_clip is not None:  # decides at the first micro-step of a generation batch only
+                self.adaptive_clip.at_micro_step(calibrating=self.calibration is not None and not self.calibration.done)
         mask = _trl.loss_mask(inputs)
         per_token_logps, entropies, aux_loss = _trl.score_completions(
             self, model, inputs, compute_entropy=True, compute_aux_loss=self.aux_loss_enabled
@@ -291,7 +312,7 @@ class GSPOTrainer(GRPOTrainer):
             bias_corrected_kl=self.args.use_bias_correction_kl,
             accumulation_steps=self.current_gradient_accumulation_steps if mode == "train" else 1,
             # O(B T) on detached values, only while a callback consumes them
-            measure_one_token=mode == "train" and self.response_stats is not None,
+            measure_one_token=mode == "train" and (self.response_stats is not None or self.adaptive_clip is not None),
             num_responses=counted_responses(inputs, mask),
         )
         loss = step.loss
@@ -322,6 +343,8 @@ class GSPOTrainer(GRPOTrainer):
             self.response_stats.record(log_s, lengths, response_adv, low, high, minibatch, one_token=one_token)
         if self.calibration is not None and not self.calibration.done and minibatch > 1:
             self.calibration.collect(log_s, response_adv, lengths > 0, lengths=lengths)
+        if self.adaptive_clip is not None:
+            self.adaptive_clip.record(log_s, lengths, response_adv, minibatch, one_token=one_token)
 
     def _log_clip_shares(self, metrics, mode, low, high, has_tokens) -> None:
         """clip_ratio/{low,high,region}_mean: the shares of the logging window's responses with tokens, pooled over
@@ -352,7 +375,7 @@ class GSPOTrainer(GRPOTrainer):
         # TRL: the smallest low-clipped and the largest high-clipped share among the gathered responses.
         metrics["clip_ratio/low_min"].append(self.accelerator.gather(low.float()).min().item())
         metrics["clip_ratio/high_max"].append(self.accelerator.gather(high.float()).max().item())
-        if self.calibration is not None:
+        if self.calibration is not None or self.adaptive_clip is not None:
             metrics["gspo/epsilon_low"].append(self.epsilon_low)
             metrics["gspo/epsilon_high"].append(self.epsilon_high)
 

@@ -20,6 +20,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from gspo_recipes.commands.report.adaptive_clip import ADAPTIVE_CLIP_FIGURE, plot_adaptive_clip
 from gspo_recipes.commands.report.figures import plot_clip_fractions, plot_heatmap, plot_reward, plot_spread
 from gspo_recipes.commands.report.groups import GROUPS_FIGURE, groups_summary, plot_groups
 from gspo_recipes.commands.report.heldout import HELDOUT_FIGURE, heldout_summary, plot_heldout
@@ -256,6 +257,8 @@ def report(run_dir: str, bins: int = 60, quiet_steps: int = 20) -> int:
             figures.append(os.path.join(run_dir, ONE_TOKEN_FIGURE))
         if plot_heldout(every_line, log_history, os.path.join(run_dir, HELDOUT_FIGURE)):  # HeldoutEvalCallback runs
             figures.append(os.path.join(run_dir, HELDOUT_FIGURE))
+        if plot_adaptive_clip(lines, os.path.join(run_dir, ADAPTIVE_CLIP_FIGURE)):  # runs whose range moved
+            figures.append(os.path.join(run_dir, ADAPTIVE_CLIP_FIGURE))
     if not state:
         notes.append(
             f"reward figure skipped: no {STATE_FILE} in {run_dir} or its checkpoint-* folders (the "
