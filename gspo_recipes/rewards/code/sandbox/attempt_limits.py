@@ -48,14 +48,16 @@ class AttemptMeter:
         return found
 
     def usage(self) -> tuple[int, float]:
-        """(resident bytes, CPU seconds) summed over the attempt's live processes; CPU includes the children they
-        have reaped."""
+        """(bytes of memory, CPU seconds) summed over the attempt's live processes; CPU includes the children they
+        have reaped. Memory is each process's proportional share (PSS): a page shared by n processes counts 1/n in
+        each, so pages a forked child shares with its parent (or the attempt with its zygote) count once, as the
+        kernel holds them, not once per process."""
         memory, ticks = 0, 0
         for pid in self.processes():
             with contextlib.suppress(OSError, ValueError, IndexError):
                 fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
                 ticks += sum(int(value) for value in fields[11:15])  # utime stime cutime cstime
-                memory += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * _PAGE
+                memory += proportional_bytes(pid)
         return memory, ticks / _TICK
 
     def over(self) -> str | None:
@@ -69,6 +71,19 @@ class AttemptMeter:
         if cpu > elapsed + CPU_GRACE_S:
             return f"its processes used {cpu:.1f} s of CPU in {elapsed:.1f} s: more than one core"
         return None
+
+
+def proportional_bytes(pid: int) -> int:
+    """The process's proportional set size (`Pss` of /proc/PID/smaps_rollup, Linux 4.14+); its resident size where
+    that file is missing, which over-counts shared pages but never under-counts."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as rollup:
+            for line in rollup:
+                if line.startswith(b"Pss:"):
+                    return int(line.split()[1]) << 10
+    except FileNotFoundError:
+        pass
+    return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * _PAGE
 
 
 def children(pid: int) -> list[int]:
