@@ -127,6 +127,8 @@ def _serve(job, fds, exit_now, set_timer, real_timer, base_exception):
         while data:
             data = data[write(reply_fd, data) :]
 
+    import builtins as builtins_module
+
     timed = _call_timer(set_timer, real_timer, base_exception)
     namespace = {"__name__": "solution", "__builtins__": __builtins__}
     current = [0]  # the number of the judge's latest line: every reply echoes it
@@ -139,9 +141,10 @@ def _serve(job, fds, exit_now, set_timer, real_timer, base_exception):
         line = requests.readline(max_message)
         if not line:
             exit_now(0)
-        current[0], outcome, value = loads(line)[:3]
+        message = loads(line)
+        current[0], outcome, value = message[:3]
         if outcome != "returned":
-            raise RuntimeError(f"the test's function raised {value}")
+            raise _callback_exception(value, message[3] if len(message) > 3 else [], builtins_module)()
         return decode_value(value)
 
     respond = _responder(namespace, codec, call_back)
@@ -186,9 +189,32 @@ def _call_timer(set_timer, real_timer, base_exception):
         except CallTimeout:
             return ["timeout"]
         except base_exception as error:
-            return ["raised", type(error).__name__, str(error)[:1000]]
+            return ["raised", type(error).__name__, str(error)[:1000], _lineage(type(error))]
 
     return timed
+
+
+def _lineage(cls):
+    """[[module, qualified name], ...] of an exception's class and its bases, in method resolution order: what the
+    judge makes the exception from (the judge's own class where it has one, a look-alike under the nearest base it
+    has otherwise). Only a claim, and the judge treats it as one."""
+    try:
+        return [[str(kind.__module__), str(kind.__qualname__)] for kind in cls.__mro__[:32]]
+    except BaseException:  # noqa: BLE001 (a class that will not say: the judge goes by the name alone)
+        return []
+
+
+def _callback_exception(name, bases, builtins_module):
+    """The class the program sees for an exception a function of the test's raised: the built-in class of that
+    name, else one made under the nearest built-in base it named (as the test's own class would be caught)."""
+    found = getattr(builtins_module, str(name), None)
+    if isinstance(found, type) and issubclass(found, Exception):
+        return found
+    for base in bases if type(bases) is list else []:
+        found = getattr(builtins_module, str(base), None)
+        if isinstance(found, type) and issubclass(found, Exception):
+            return type(str(name), (found,), {})
+    return type(str(name) if str(name).isidentifier() else "Exception", (Exception,), {})
 
 
 def _responder(namespace, codec, call_back):

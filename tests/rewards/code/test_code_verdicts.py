@@ -1,0 +1,128 @@
+"""Round four's causes, each judged against a fresh `python` process running the same program and tests: an attack
+that the old judge paid scores 0, and an honest twin scores what the fresh process gives it, on the warm path and on
+the per-attempt one (`GSPO_SANDBOX_WARM=0`).
+
+Each case is (program, test script); the reference runs the program as `solution.py` and the script, with the
+program's names imported, under pytest, in a fresh interpreter.
+"""
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from gspo_recipes.rewards import code_execution
+
+
+@pytest.fixture(params=["warm", "cold"])
+def path(request):
+    if request.param == "cold":
+        request.getfixturevalue("cold_code_workers")
+    return request.param
+
+
+def fresh_python(program: str, script: str, tmp_path) -> float:
+    """1.0 when every test of `script` passes against `program` run as a module from a file, else 0.0."""
+    (tmp_path / "solution.py").write_text(program)
+    (tmp_path / "test_row.py").write_text("from solution import *\n" + script)
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "test_row.py"]
+    run = subprocess.run(command, cwd=tmp_path, capture_output=True, timeout=120)
+    return 1.0 if run.returncode == 0 else 0.0
+
+
+def score(program: str, script: str, **columns) -> float:
+    return code_execution([program], tests=[script], timeout_s=2.0, **columns)[0]
+
+
+def dedent(text: str) -> str:
+    return textwrap.dedent(text).lstrip()
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# 2. The judge's failures are never the test's exceptions
+
+# (attack, honest, script): the attack makes the judge fail in the way the test expects an exception of the program.
+JUDGE_FAILURES = {
+    "time-out caught as OSError": (
+        "def read_config(n):\n    while True:\n        pass\n",
+        "def read_config(n):\n    raise FileNotFoundError(n)\n",
+        dedent(
+            """
+            import unittest
+            class TestConfig(unittest.TestCase):
+                def test_missing(self):
+                    with self.assertRaises(OSError):
+                        read_config(-1)
+            """
+        ),
+    ),
+    "lost worker caught as RuntimeError": (
+        "def step(x):\n    import os\n    os._exit(1)\n",
+        "def step(x):\n    raise RuntimeError('no step from here')\n",
+        "import pytest\ndef test_step():\n    with pytest.raises(RuntimeError):\n        step(1)\n",
+    ),
+    "refused comparison caught as TypeError": (
+        "class Box:\n    pass\ndef pair(a, b):\n    return Box()\n",
+        "def pair(a, b):\n    return [a, b]\n",
+        "import pytest\ndef test_unhashable():\n    with pytest.raises(TypeError):\n        hash(pair(1, 'a'))\n",
+    ),
+    "lost worker caught by a bare except": (
+        "def parse(text):\n    import os\n    os._exit(0)\n",
+        "def parse(text):\n    raise ValueError(text)\n",
+        "def test_bad_input_raises_at_most():\n    try:\n        parse('bad')\n    except:\n        pass\n",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(JUDGE_FAILURES))
+def test_the_judges_failures_are_not_the_tests_exceptions(case, path, tmp_path):
+    attack, honest, script = JUDGE_FAILURES[case]
+    assert fresh_python(honest, script, tmp_path) == 1.0
+    assert score(honest, script) == 1.0
+    assert score(attack, script) == 0.0
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# 3. Exceptions keep their identity
+
+EXCEPTIONS = {
+    "a subclass of ValueError": (
+        "class InvalidAge(ValueError):\n    pass\ndef check_age(n):\n    if n < 0:\n        raise InvalidAge(n)\n"
+        "    return n\n",
+        "import pytest\ndef test_negative():\n    with pytest.raises(ValueError):\n        check_age(-1)\n",
+    ),
+    "a standard library class": (
+        "import json\ndef parse(text):\n    return json.loads(text)\n",
+        "import json, pytest\ndef test_broken():\n    with pytest.raises(json.JSONDecodeError):\n        parse('{')\n",
+    ),
+    "a callback's exception reaches the program as itself": (
+        "def lookup(get, key):\n    try:\n        return get(key)\n    except KeyError:\n        return 'missing'\n",
+        "def test_missing():\n    assert lookup(lambda key: {}[key], 1) == 'missing'\n",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(EXCEPTIONS))
+def test_an_honest_programs_exception_keeps_its_class(case, path, tmp_path):
+    program, script = EXCEPTIONS[case]
+    assert fresh_python(program, script, tmp_path) == 1.0
+    assert score(program, script) == 1.0
+
+
+def test_the_datasets_own_class_is_the_one_the_program_raises(path, tmp_path):
+    prompt = "class BankError(Exception):\n    pass\n"
+    program = prompt + "def withdraw(amount):\n    if amount < 0:\n        raise BankError(amount)\n    return amount\n"
+    script = "import pytest\ndef test_negative():\n    with pytest.raises(BankError):\n        withdraw(-1)\n"
+    assert fresh_python(program, script, tmp_path) == 1.0
+    assert code_execution([program], tests=[script], helpers=[[prompt]], timeout_s=2.0) == [1.0]
+
+
+def test_a_look_alike_matches_nothing_the_test_names(path):
+    """A class of the program's own named as a built-in one is not the built-in one (never by name)."""
+    script = "import pytest\ndef test_negative():\n    with pytest.raises(ValueError):\n        check(-1)\n"
+    look_alike = "class ValueError(Exception):\n    pass\ndef check(n):\n    raise ValueError(n)\n"
+    runtime = "def check(n):\n    raise StopIteration\n"  # a control-flow exception is neither itself nor a ValueError
+    assert score(look_alike, script) == 0.0
+    assert score(runtime, script) == 0.0
+    assert score("def check(n):\n    raise ValueError(n)\n", script) == 1.0
