@@ -126,3 +126,43 @@ def test_a_look_alike_matches_nothing_the_test_names(path):
     assert score(look_alike, script) == 0.0
     assert score(runtime, script) == 0.0
     assert score("def check(n):\n    raise ValueError(n)\n", script) == 1.0
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# 4. A program is a module run from a file
+
+MODULE = {
+    "pickle by module": (
+        "import pickle\nclass Point:\n    def __init__(self, x):\n        self.x = x\n"
+        "def roundtrip(x):\n    return pickle.loads(pickle.dumps(Point(x))).x\n",
+        "def test_roundtrip():\n    assert roundtrip(3) == 3\n",
+    ),
+    "a partial of its function": (
+        "import functools, pickle\ndef add(a, b):\n    return a + b\n"
+        "def add_one(x):\n    return pickle.loads(pickle.dumps(functools.partial(add, 1)))(x)\n",
+        "def test_add_one():\n    assert add_one(2) == 3\n",
+    ),
+    "an Enum member": (
+        "import enum, pickle\nclass Color(enum.Enum):\n    RED = 1\n"
+        "def same_red():\n    return pickle.loads(pickle.dumps(Color.RED)) is Color.RED\n",
+        "def test_red():\n    assert same_red() is True\n",
+    ),
+    "inspect.getsource and __file__": (
+        "import inspect, os\ndef me():\n"
+        "    return [inspect.getsource(me).splitlines()[0], os.path.basename(__file__)]\n",
+        "def test_me():\n    assert me() == ['def me():', 'solution.py']\n",
+    ),
+    "multiprocessing, fork and spawn": (
+        "import multiprocessing as mp\ndef square(x):\n    return x * x\n"
+        "def squares(xs, how):\n    with mp.get_context(how).Pool(2) as pool:\n        return pool.map(square, xs)\n",
+        "def test_squares():\n    assert squares([1, 2, 3], 'fork') == [1, 4, 9]\n"
+        "    assert squares([1, 2, 3], 'spawn') == [1, 4, 9]\n",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MODULE))
+def test_a_program_behaves_as_a_module_run_from_a_file(case, path, tmp_path):
+    program, script = MODULE[case]
+    assert fresh_python(program, script, tmp_path) == 1.0
+    assert code_execution([program], tests=[script], timeout_s=5.0) == [1.0]

@@ -39,7 +39,7 @@ def _run_harness(job_fd=None, serve_fds=None):
         fds = (int(sys.argv[2]), int(sys.argv[3])) if serve_fds is None else serve_fds
         _serve(job, fds, exit_now, set_timer, real_timer, base_exception)
     try:
-        program = compile(job["program"], "solution.py", "exec")
+        program = compile(job["program"], _program_file(job["program"]), "exec")
     except base_exception:
         exit_now(1)
     if mode == "io":
@@ -47,11 +47,43 @@ def _run_harness(job_fd=None, serve_fds=None):
     _run_tests(job, program, builtins, exit_now, set_timer, real_timer, base_exception)
 
 
+def _program_file(source):
+    """The program written to `solution.py` in the attempt's private working directory: its path (what its code
+    objects, `__file__`, `inspect.getsource` and a spawned child's import find), or the bare name where it cannot
+    be written."""
+    import os
+
+    path = os.path.join(os.getcwd(), "solution.py")
+    try:
+        with open(path, "w", encoding="utf-8") as file:
+            file.write(source)
+    except (OSError, ValueError):
+        return "solution.py"
+    return path
+
+
+def _program_module(name, path, builtins):
+    """The module the program runs in, as Python makes one for a file: registered in `sys.modules` under `name`
+    (so pickle finds its functions, classes and enums by module, and a forked child has it), with `__file__`, and
+    with its folder on `sys.path` (so a spawned child imports it, as it would `python solution.py`'s)."""
+    import os
+    import sys
+    import types
+
+    module = types.ModuleType(name)
+    module.__builtins__ = builtins
+    if os.path.isabs(path):
+        module.__file__ = path
+        sys.path.insert(0, os.path.dirname(path))
+    sys.modules[name] = module
+    return module
+
+
 def _run_as_main(program, builtins, exit_now, base_exception):
     """io mode: the program as `__main__`, exiting with its own status."""
     import sys
 
-    namespace = {"__name__": "__main__", "__builtins__": builtins}
+    namespace = _program_module("__main__", program.co_filename, builtins).__dict__
     code = 0
     try:
         exec(program, namespace)
@@ -97,7 +129,7 @@ def _run_tests(job, program, builtins, exit_now, set_timer, real_timer, base_exc
         except base_exception:
             return False
 
-    solution = {"__name__": "solution", "__builtins__": builtins}
+    solution = _program_module("solution", program.co_filename, builtins).__dict__
     passed = 0
     if run(program, solution):
         test_namespace = {key: value for key, value in solution.items() if key != "__builtins__"}
@@ -130,7 +162,8 @@ def _serve(job, fds, exit_now, set_timer, real_timer, base_exception):
     import builtins as builtins_module
 
     timed = _call_timer(set_timer, real_timer, base_exception)
-    namespace = {"__name__": "solution", "__builtins__": __builtins__}
+    program_file = _program_file(job["program"])
+    namespace = _program_module("solution", program_file, __builtins__).__dict__
     current = [0]  # the number of the judge's latest line: every reply echoes it
 
     def call_back(callback_id, args, kwargs, encode_value, decode_value):
@@ -149,7 +182,7 @@ def _serve(job, fds, exit_now, set_timer, real_timer, base_exception):
 
     respond = _responder(namespace, codec, call_back)
     try:
-        program = compile(job["program"], "solution.py", "exec")
+        program = compile(job["program"], program_file, "exec")
     except base_exception:
         reply(["load_failed"])
         exit_now(1)
