@@ -166,3 +166,19 @@ def test_a_program_behaves_as_a_module_run_from_a_file(case, path, tmp_path):
     program, script = MODULE[case]
     assert fresh_python(program, script, tmp_path) == 1.0
     assert code_execution([program], tests=[script], timeout_s=5.0) == [1.0]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# 6. Failure is 0, never None
+
+CAPPED_ASSERTS = [f"assert f({x}) == {x}" for x in range(70)]
+
+
+def test_a_program_that_crashes_past_the_worker_cap_scores_0_and_the_run_is_told(path):
+    """Each crash costs a worker start; past `MAX_WORKER_STARTS` the rest of the attempt's tests fail (0, the
+    program's doing), never None (which reads as "no sandbox here"), and the metric says it happened."""
+    metrics = {}
+    crashing = "def f(x):\n    import os\n    os._exit(1)\n"
+    assert code_execution([crashing], tests=[CAPPED_ASSERTS], timeout_s=2.0, log_metric=metrics.__setitem__) == [0.0]
+    assert metrics["rewards/code_execution/worker_cap_frac"] == 1.0
+    assert code_execution(["def f(x):\n    return x\n"], tests=[CAPPED_ASSERTS], timeout_s=2.0) == [1.0]

@@ -79,6 +79,8 @@ def judge_tests(job: JudgeJob, start_worker: WorkerStarter | None = None) -> Ver
         return Verdict(0, total, report)
     finally:
         link.close()
+        if link.capped:  # the same dict the verdict holds: its tests past the cap failed, and the run is told
+            report["worker_cap"] = True
 
 
 def referenced_names(sources: list[str]) -> list[str]:

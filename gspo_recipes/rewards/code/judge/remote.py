@@ -17,6 +17,7 @@ from typing import Any
 from ..sandbox import launch as sandbox
 from ..sandbox.inside.wire import NotPlainData, decode, encode
 from ..sandbox.worker import SandboxWorker, WorkerGone, WorkerSpec, WorkerStarter
+from .broker import WorkerStartsCapped
 from .records import JudgeJob
 
 STARTUP_ALLOWANCE_S = 1.0  # sandbox and interpreter start-up, on top of one per-test budget for the program itself
@@ -120,6 +121,7 @@ class Link:
         self.worker: SandboxWorker | None = None
         self.generation = 0
         self.failed_to_load = False
+        self.capped = False  # the broker started its most workers for this attempt: no more tests can run
         self.calls = 0
         self.callbacks: list = []  # functions the tests passed to the program, by the number it calls them with
         self.exception_classes: dict[str, type] = {}  # see `program_exception`: one class per claim, per row
@@ -130,11 +132,14 @@ class Link:
         if self.worker is not None and self.worker.alive:
             return True
         startup_s = STARTUP_ALLOWANCE_S + self.job.per_test_s
-        if self.failed_to_load or time.monotonic() + startup_s > self.row_deadline:
+        if self.failed_to_load or self.capped or time.monotonic() + startup_s > self.row_deadline:
             return False
         try:
             spec = WorkerSpec(self.job.backend, self.job.program, self.job.per_test_s, self.job.limits)
             self.worker = SandboxWorker(spec, self.start_worker)
+        except WorkerStartsCapped:
+            self.capped = True
+            return False
         except OSError as error:  # no process could be started: the machine's failure, not the program's
             raise sandbox.SandboxUnavailable(f"could not start the sandboxed worker: {error}") from error
         self.generation += 1
