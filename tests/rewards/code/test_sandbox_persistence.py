@@ -183,7 +183,7 @@ def test_the_filter_is_what_refuses_the_page_cache_probes(name):
     """Each page-cache probe sees its file cached in a plain process, and fails once the harness's filter is in."""
     from gspo_recipes.rewards.code.sandbox.inside import syscall_filter
 
-    probe = LIBC.format(key=1, name="unused") + f"found = bool({PROBES[name][1]})\nprint(found)\n"
+    probe = LIBC.format(key=1, name="unused", port=1) + f"found = bool({PROBES[name][1]})\nprint(found)\n"
     filtered = f"import sys\nsys.path.insert(0, {str(Path(syscall_filter.__file__).parent)!r})\n" + (
         "from syscall_filter import install_syscall_filter\nassert install_syscall_filter(False)\n"
         "try:\n{}\nexcept OSError:\n    print(False)\n"
