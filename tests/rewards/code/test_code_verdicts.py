@@ -182,3 +182,29 @@ def test_a_program_that_crashes_past_the_worker_cap_scores_0_and_the_run_is_told
     assert code_execution([crashing], tests=[CAPPED_ASSERTS], timeout_s=2.0, log_metric=metrics.__setitem__) == [0.0]
     assert metrics["rewards/code_execution/worker_cap_frac"] == 1.0
     assert code_execution(["def f(x):\n    return x\n"], tests=[CAPPED_ASSERTS], timeout_s=2.0) == [1.0]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# 5. Values cross as the test consumes them
+
+LAZY = {
+    "a generator the test stops early": (
+        "def count_up():\n    yield 1\n    yield 2\n    while True:\n        pass\n",
+        "def test_first_two():\n    items = count_up()\n    assert next(items) == 1\n    assert next(items) == 2\n",
+    ),
+    "an endless generator taken through islice": (
+        "def squares():\n    n = 0\n    while True:\n        yield n * n\n        n += 1\n",
+        "import itertools\ndef test_squares():\n    assert list(itertools.islice(squares(), 5)) == [0, 1, 4, 9, 16]\n",
+    ),
+    "a map the test reads one item of": (
+        "def halves(xs):\n    return map(lambda x: 10 // x, xs)\n",
+        "def test_first():\n    assert next(iter(halves([5, 0]))) == 2\n",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LAZY))
+def test_what_a_test_does_not_consume_never_runs(case, path, tmp_path):
+    program, script = LAZY[case]
+    assert fresh_python(program, script, tmp_path) == 1.0
+    assert score(program, script) == 1.0

@@ -112,6 +112,19 @@ class Remote:
     __index__ = __int__ = __float__ = __hash__ = __getitem__ = __add__ = __radd__ = __sub__ = __mul__ = _refuse
 
 
+class RemoteIterator(Remote):
+    """A generator or other iterator of the program's, left unrun in the worker: each item is asked for when the
+    test takes it (`next`, a `for`, `islice`), one at a time, so what the test never consumes never runs."""
+
+    __slots__ = ()
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return self._link.next_item(self)
+
+
 class Link:
     """One row's worker: started lazily, restarted after a crash while the row has time. `calls` counts the calls
     made into the program."""
@@ -205,6 +218,16 @@ class Link:
             yield from (self._decode(item) for item in items)
             if done is True:
                 return
+
+    def next_item(self, remote: Remote) -> Any:
+        """The next item of a program's iterator, or StopIteration once it has none (`RemoteIterator`)."""
+        self._check(remote)
+        items, done = self._request(["next", remote._target, 1])
+        if type(items) is not list or len(items) > 1:
+            judge_failed("the worker sent malformed items")
+        if not items:
+            raise StopIteration
+        return self._decode(items[0])
 
     def forward(self, remote: Remote, request: list) -> Any:
         self._check(remote)
@@ -310,6 +333,8 @@ class Link:
 
     def _decode(self, data: Any, open_: bool = False) -> Any:
         def handle(handle_id):
+            if type(handle_id) is tuple and len(handle_id) == 2 and handle_id[0] == "g":
+                return RemoteIterator(self, ["h", handle_id[1]], self.generation, True)
             if type(handle_id) is not int:
                 raise NotPlainData("a function of the test's cannot come back from the program")
             return Remote(self, ["h", handle_id], self.generation, open_)

@@ -253,29 +253,22 @@ def _callback_exception(name, bases, builtins_module):
 def _responder(namespace, codec, call_back):
     """`respond(request)`: the answer to one get/call/getattr/text request on the program's namespace, as data.
     Objects that are not data stay here, as handles the judge can name in later requests."""
-    from itertools import chain
-
-    encode, decode, max_items = codec["encode"], codec["decode"], codec["MAX_ITERATOR_ITEMS"]
+    encode, decode = codec["encode"], codec["decode"]
     handles = []
     iterators = {}
 
     def as_data(value):
         def fallback(obj, encode_inner):
-            if hasattr(type(obj), "__next__"):  # a generator or other iterator: its items, up to a cap
-                taken = []
-                for item in obj:
-                    taken.append(item)
-                    if len(taken) > max_items:
-                        break
-                else:
-                    return ["i", [encode_inner(item) for item in taken]]
-                obj = chain(taken, obj)  # endless, or nearly: the judge takes its items as the test asks
             handles.append(obj)
-            return ["h", len(handles) - 1]
+            # A generator or other iterator stays here, unrun: the judge asks for its items one at a time, as the
+            # test takes them, so what the test does not consume never runs (as in one process).
+            return ["g" if hasattr(type(obj), "__next__") else "h", len(handles) - 1]
 
         return encode(value, fallback)
 
     def resolve(handle_id):
+        if type(handle_id) is tuple and handle_id[0] == "g":  # never sent by the judge: no iterator of its own
+            raise TypeError("not data")
         if type(handle_id) is tuple:  # ("k", id): a function of the test's
             callback_id = handle_id[1]
             return lambda *args, **kwargs: call_back(callback_id, args, kwargs, as_data,
