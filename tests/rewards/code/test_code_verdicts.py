@@ -208,3 +208,19 @@ def test_what_a_test_does_not_consume_never_runs(case, path, tmp_path):
     program, script = LAZY[case]
     assert fresh_python(program, script, tmp_path) == 1.0
     assert score(program, script) == 1.0
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# 7. Round three's residue
+
+STUB_PROMPT = "Write a function that adds two numbers.\n```python\ndef add(a, b):\n    pass\n```\n"
+
+
+def test_a_stub_the_prompt_fences_is_the_programs_to_fill_in(path):
+    """An MBPP prompt that shows the function's signature as a fenced stub: the stub is not a helper of the
+    dataset's (it returned None for every call, and honest code scored 0)."""
+    honest, wrong = "def add(a, b):\n    return a + b\n", "def add(a, b):\n    return a - b\n"
+    tests = ["assert add(1, 2) == 3", "assert add(2, 2) == 4"]
+    for program, expected in ((honest, 1.0), (wrong, 0.0)):
+        assert subprocess.run([sys.executable, "-c", program + "\n".join(tests)]).returncode == (expected == 0.0)
+        assert code_execution([program], tests=[tests], prompts=[STUB_PROMPT], timeout_s=2.0) == [expected]

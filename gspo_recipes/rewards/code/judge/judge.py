@@ -31,7 +31,7 @@ from .remote import (  # noqa: F401
     failures,
     judge_failed,
 )
-from .source import defined_names, parse, without_runner_calls
+from .source import defined_names, parse, stub_functions, without_runner_calls
 
 _BUILTIN_NAMES = frozenset(dir(builtins))
 # Conventional aliases and the modules behind them, which the judge imports for the tests by the tests' name.
@@ -159,6 +159,10 @@ def _test_namespace(job: dict, link: Link, report: dict) -> dict:
     entry_point = job.entry_point
     dataset_code = [*job.tests, job.setup or ""]
     helpers, failed_helpers = _run_helpers(job.helpers or [], job.per_test_s)
+    stubs = set().union(*map(stub_functions, job.helpers or []))  # the program's to fill in, never a helper
+    for stub in stubs:
+        helpers.pop(stub, None)
+    failed_helpers -= stubs
     referenced = referenced_names(dataset_code)
     free = set(referenced) - bound_names(dataset_code)
     # A module name is wanted even where another test binds it: statements share one namespace, in order.
