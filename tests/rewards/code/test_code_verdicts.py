@@ -224,3 +224,24 @@ def test_a_stub_the_prompt_fences_is_the_programs_to_fill_in(path):
     for program, expected in ((honest, 1.0), (wrong, 0.0)):
         assert subprocess.run([sys.executable, "-c", program + "\n".join(tests)]).returncode == (expected == 0.0)
         assert code_execution([program], tests=[tests], prompts=[STUB_PROMPT], timeout_s=2.0) == [expected]
+
+
+YIELD_SCRIPT = dedent(
+    """
+    def test_generator():
+        assert f(1) == 1
+        yield
+    def test_plain():
+        assert f(2) == 2
+    class TestMore:
+        def test_generator_method(self):
+            assert f(3) == 3
+            yield
+    """
+)
+
+
+def test_a_yield_test_fails_itself_and_the_rows_other_tests_count(path):
+    """pytest does not run yield tests (it errors on them): each is one failed test, never a refused row (None)."""
+    assert code_execution(["def f(x):\n    return x\n"], tests=[YIELD_SCRIPT], timeout_s=2.0) == [pytest.approx(1 / 3)]
+    assert code_execution(["def f(x):\n    return -x\n"], tests=[YIELD_SCRIPT], timeout_s=2.0) == [0.0]
