@@ -245,3 +245,33 @@ def test_a_yield_test_fails_itself_and_the_rows_other_tests_count(path):
     """pytest does not run yield tests (it errors on them): each is one failed test, never a refused row (None)."""
     assert code_execution(["def f(x):\n    return x\n"], tests=[YIELD_SCRIPT], timeout_s=2.0) == [pytest.approx(1 / 3)]
     assert code_execution(["def f(x):\n    return -x\n"], tests=[YIELD_SCRIPT], timeout_s=2.0) == [0.0]
+
+
+CHAT_PROMPT = dedent(
+    '''
+    Complete the function below.
+
+    def poly(xs, x):
+        return sum(c * x ** i for i, c in enumerate(xs))
+
+    def find_zero(xs):
+        """A zero of the polynomial with coefficients xs (two of them)."""
+
+    Return only the code.
+    '''
+)
+CHECK_32 = "def check(candidate):\n    assert abs(poly([1, 2], candidate([1, 2]))) < 1e-6\n"
+
+
+def test_a_chat_prompts_unfenced_code_is_the_datasets_helper(path):
+    """A chat prompt whose code is inline, between prose, gives its helpers as a fenced one does: the program that
+    relies on the prompt's `poly` (as HumanEval's canonical solutions do) scored 0 without it."""
+    honest = "def find_zero(xs):\n    return -xs[0] / xs[1]\n"
+    forged = "def find_zero(xs):\n    return 0.0\n\ndef poly(xs, x):\n    return 0\n"  # its own `poly`: never used
+    helpers = CHAT_PROMPT[CHAT_PROMPT.index("def poly") : CHAT_PROMPT.index("Return only")]
+    reference = subprocess.run([sys.executable, "-c", helpers + honest + CHECK_32 + "check(find_zero)\n"])
+    assert reference.returncode == 0
+    prompts = [[{"role": "user", "content": CHAT_PROMPT}]] * 2
+    scores = code_execution([honest, forged], tests=[CHECK_32] * 2, entry_point=["find_zero"] * 2, prompts=prompts,
+                            timeout_s=2.0)  # fmt: skip
+    assert scores == [1.0, 0.0]
