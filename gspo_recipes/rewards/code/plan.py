@@ -69,7 +69,30 @@ def dataset_helpers(helpers: Any, prompt: Any) -> list[str]:
         return []
     if _compiles([prompt]):
         return [prompt]
-    return [body for language, body in fenced_blocks(prompt) if language in _PYTHON_FENCES | {""} and _compiles([body])]
+    blocks = fenced_blocks(prompt)
+    if not blocks:  # a chat prompt with its code inline, after (or between) prose
+        code = unfenced_code(prompt)
+        return [code] if code is not None else []
+    return [body for language, body in blocks if language in _PYTHON_FENCES | {""} and _compiles([body])]
+
+
+_CODE_STARTS = ("def ", "async def ", "class ", "import ", "from ", "@")
+
+
+def unfenced_code(text: str) -> str | None:
+    """The code an unfenced prompt holds: from the first top-level line that starts a definition or an import, to
+    the last top-level line before which it still compiles (the prose after it left out); None when there is none.
+    Only lines at the left margin that start neither code nor a block's continuation are tried as ends."""
+    lines = text.splitlines(keepends=True)
+    starts = [i for i, line in enumerate(lines) if line.startswith(_CODE_STARTS)]
+    for start in starts[:8]:
+        ends = [i for i in range(start + 1, len(lines)) if lines[i][:1] not in ("", " ", "\t", "\n", "#", "@")
+                and not lines[i].startswith(_CODE_STARTS)]  # fmt: skip
+        for end in [len(lines), *reversed(ends[:32])]:
+            body = "".join(lines[start:end])
+            if _compiles([body]):
+                return body
+    return None
 
 
 class Job:

@@ -17,7 +17,7 @@ from typing import Any
 from ..pool import PoolUnavailable, get_pool
 from ..text import column, completion_text
 from .hacking import record_findings, scan_programs
-from .judge.broker import OVERRAN
+from .judge.broker import MAX_WORKER_STARTS, OVERRAN
 from .judge.confined import row_deadline_s
 from .judge.records import Verdict
 from .plan import Job, Unjudgeable, dataset_helpers, extract_code, plan_row
@@ -153,7 +153,7 @@ def _report(reward, plans, outcomes, log_metric) -> None:
         _warn_once("fallback", "%s: %d row(s) judged in the weaker fallback (tests inside the sandbox, beside the "
                    "model's code, which can forge the verdict) because their tests inspect classes the program "
                    "defines; see rewards/%s/fallback_frac", reward, fallbacks, reward)  # fmt: skip
-    problems = {"uncalled": 0, "missing_helper": 0, "setup_error": 0}
+    problems = {"uncalled": 0, "missing_helper": 0, "setup_error": 0, "worker_cap": 0}
     for index, _, outs in judged:
         reports = [o[2] for o in outs or [] if o is not None and len(o) > 2]
         if any(r.get("uncalled") for r in reports):
@@ -174,6 +174,11 @@ def _report(reward, plans, outcomes, log_metric) -> None:
             problems["setup_error"] += 1
             _warn_once("setup_error", "%s: row of completion %d: the row's setup code fails before any call into "
                        "the program (%s): every test fails", reward, index, errors[0])  # fmt: skip
+        if any(r.get("worker_cap") for r in reports):
+            problems["worker_cap"] += 1
+            _warn_once("worker_cap", "%s: row of completion %d: the program's worker was started %d times in one "
+                       "attempt (it kept crashing): its remaining tests fail; see rewards/%s/worker_cap_frac",
+                       reward, index, MAX_WORKER_STARTS, reward)  # fmt: skip
         refusals = [r["refused"] for r in reports if r.get("refused")]
         if refusals:
             _warn_once("refused", "%s: row of completion %d cannot be judged (scored None): %s", reward, index,

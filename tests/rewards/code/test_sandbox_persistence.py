@@ -19,7 +19,14 @@ from gspo_recipes.rewards import code_execution
 from gspo_recipes.rewards.code.sandbox import launch as sandbox
 
 TESTS = ["assert add(1, 2) == 3"]
-LIBC = "import ctypes, os, socket, time\nlibc = ctypes.CDLL(None, use_errno=True)\nKEY = {key}\nNAME = '{name}'\n"
+LIBC = (
+    "import ctypes, errno, os, socket, time\nlibc = ctypes.CDLL(None, use_errno=True)\nKEY = {key}\nNAME = '{name}'\n"
+    "PORT = {port}\n"
+    "def port_taken():\n    try:\n        socket.socket().bind(('127.0.0.1', PORT))\n"
+    "    except OSError as error:\n        return error.errno == errno.EADDRINUSE\n    return False\n"
+    "def tcp_opens():\n    rows = [line.split() for line in open('/proc/net/snmp') if line.startswith('Tcp:')]\n"
+    "    return int(rows[1][rows[0].index('ActiveOpens')])\n"
+)
 # name: (write, expression that is True when the state is there)
 PROBES = {
     "user_keyring": (
@@ -60,6 +67,20 @@ PROBES = {
         ),
         "socket.socket(socket.AF_UNIX).connect_ex('\\0' + NAME) == 0",
     ),
+    # The network namespace: a connection the first attempt closed leaves its port in TIME_WAIT (a server on a fixed
+    # port then cannot bind it) and the namespace's counters raised (how many attempts connected before this one).
+    "tcp_time_wait": (
+        textwrap.dedent(
+            """\
+            server = socket.create_server(('127.0.0.1', PORT))
+            client = socket.create_connection(('127.0.0.1', PORT))
+            server.accept()[0].close()
+            client.close()
+            server.close()"""
+        ),
+        "port_taken()",
+    ),
+    "tcp_counters": ("socket.socket().connect_ex(('127.0.0.1', PORT))", "tcp_opens() > 0"),
     # The page cache: the first attempt reads a file, the second asks whether it is cached, without blocking.
     "page_cache_nowait": (
         "open(os.__file__, 'rb').read()",
@@ -86,17 +107,18 @@ PROMISED = {
     "unshare": set(PROBES) - {"posix_shm_file", "tmp_file", "var_tmp_file", "home_file"},
     "plain": KERNEL_GLOBAL | PAGE_CACHE | {"sysv_shm", "sysv_semaphore", "sysv_message_queue"},
 }
-# bwrap's root is read-only: /var/tmp refuses the write itself.
+# bwrap's root is read-only: /var/tmp refuses the write itself. `unshare --net` leaves the loopback down: no
+# connection is made (the server the time-wait probe bound is still open, so it finds that).
 REFUSED = {
     "bwrap": KERNEL_GLOBAL | PAGE_CACHE | {"var_tmp_file"},
-    "unshare": KERNEL_GLOBAL | PAGE_CACHE,
+    "unshare": KERNEL_GLOBAL | PAGE_CACHE | {"tcp_counters"},
     "plain": PROMISED["plain"],
 }
 
 
 def _program(name: str, token: str, write: bool, read: bool) -> str:
     write_code, found = PROBES[name]
-    source = LIBC.format(key=int(token[:7], 16) + 1, name=f"gspo-probe-{token}")
+    source = LIBC.format(key=int(token[:7], 16) + 1, name=f"gspo-probe-{token}", port=20000 + int(token, 16) % 20000)
     if write:
         source += f"try:\n{textwrap.indent(write_code, '    ')}\nexcept Exception:\n    pass\n"
     source += f"try:\n    found = bool({found if read else 'False'})\nexcept Exception:\n    found = False\n"
@@ -161,7 +183,7 @@ def test_the_filter_is_what_refuses_the_page_cache_probes(name):
     """Each page-cache probe sees its file cached in a plain process, and fails once the harness's filter is in."""
     from gspo_recipes.rewards.code.sandbox.inside import syscall_filter
 
-    probe = LIBC.format(key=1, name="unused") + f"found = bool({PROBES[name][1]})\nprint(found)\n"
+    probe = LIBC.format(key=1, name="unused", port=1) + f"found = bool({PROBES[name][1]})\nprint(found)\n"
     filtered = f"import sys\nsys.path.insert(0, {str(Path(syscall_filter.__file__).parent)!r})\n" + (
         "from syscall_filter import install_syscall_filter\nassert install_syscall_filter(False)\n"
         "try:\n{}\nexcept OSError:\n    print(False)\n"
@@ -169,3 +191,65 @@ def test_the_filter_is_what_refuses_the_page_cache_probes(name):
     run = lambda code: subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)  # noqa: E731
     assert run(probe).stdout.split() == ["True"]
     assert run(filtered.format(textwrap.indent(probe, "    "))).stdout.split() == ["False"]
+
+
+def _fresh_python(program: str, tests: list[str]) -> float:
+    """The reference: the share of `tests` that pass when the program and each test run as one file in a fresh
+    `python` process, as a user would run them."""
+    passed = [subprocess.run([sys.executable, "-c", program + "\n" + test], capture_output=True, timeout=60)
+              .returncode == 0 for test in tests]  # fmt: skip
+    return sum(passed) / len(tests)
+
+
+# Forty processes orphaned one after another, each gone at once: a `python` run from a shell has them reaped by
+# init and never holds more than a few; an attempt whose first process never reaped them ran out of its 32.
+ORPHANS = textwrap.dedent(
+    """\
+    import os, time
+    def orphan():
+        child = os.fork()
+        if child == 0:
+            if os.fork() == 0:
+                os._exit(0)
+            os._exit(0)
+        os.waitpid(child, 0)
+        time.sleep(0.005)
+    for _ in range(40):
+        orphan()
+    def add(a, b):
+        return a + b
+    """
+)
+# Three forked readers of a 400 MB buffer the parent filled: 400 MB of memory in all, as the kernel holds it (each
+# child shares the parent's pages), but 1,600 MB summed as resident sizes, over the attempt's 1,024.
+SHARED_PAGES = textwrap.dedent(
+    """\
+    import os, time
+    data = b"x" * (400 << 20)
+    children = []
+    for _ in range(3):
+        child = os.fork()
+        if child == 0:
+            time.sleep(0.6)
+            os._exit(0 if data[-1:] == b"x" else 1)
+        children.append(child)
+    statuses = [os.waitpid(child, 0)[1] for child in children]
+    def add(a, b):
+        return a + b if statuses == [0, 0, 0] else 0
+    """
+)
+
+
+@pytest.mark.parametrize("backend", [b for b in _backends() if b.values[0].startswith("bwrap")], indirect=True)
+def test_an_attempt_reaps_its_orphans_as_a_shell_would(backend):
+    assert _fresh_python(ORPHANS, TESTS) == 1.0
+    assert code_execution([ORPHANS], tests=[TESTS], backend=backend) == [1.0]
+
+
+@pytest.mark.parametrize("backend", _backends(), indirect=True)
+def test_pages_shared_between_an_attempts_processes_count_once(backend):
+    assert _fresh_python(SHARED_PAGES, TESTS) == 1.0
+    assert code_execution([SHARED_PAGES], tests=[TESTS], backend=backend) == [1.0]
+    # The limit still holds on what is really held: four processes that each fill 400 MB of their own are over.
+    own = SHARED_PAGES.replace("time.sleep(0.6)", "mine = b'y' * (400 << 20); time.sleep(0.6)")
+    assert code_execution([own], tests=[TESTS], backend=backend) == [0.0]

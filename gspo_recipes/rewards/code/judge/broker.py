@@ -21,6 +21,11 @@ OVERRAN = "the judge overran its deadline and was killed"
 MAX_WORKER_STARTS = 64  # per attempt: restarts after crashes; the judge cannot ask for more than this
 
 
+class WorkerStartsCapped(Exception):  # noqa: N818 (a state, as the judge reads it)
+    """The attempt has had its `MAX_WORKER_STARTS` workers: its remaining tests fail (the program crashed that
+    often), and the report says so (`worker_cap`), never a None that reads as "no sandbox here"."""
+
+
 class Broker:
     """The unconfined side of one attempt: starts and ends the program's workers when the judge asks, and collects
     the verdict. Every worker it started is ended before `serve` returns."""
@@ -77,7 +82,7 @@ class Broker:
 
     def _start(self) -> None:
         if self.starts >= MAX_WORKER_STARTS:
-            return self._send(["failed", 0, "too many workers for one attempt"])
+            return self._send(["capped", MAX_WORKER_STARTS])
         self.starts += 1
         job = self.job
         try:
@@ -118,6 +123,8 @@ class BrokerClient:
         self.sock.send(b'["start"]')
         message, fds, _, _ = socket.recv_fds(self.sock, 4096, 2)
         reply = json.loads(message) if message else ["failed", 0, "the broker is gone"]
+        if reply[0] == "capped":
+            raise WorkerStartsCapped(f"{MAX_WORKER_STARTS} workers started for one attempt")
         if reply[0] != "started" or len(fds) != 2:
             for fd in fds:
                 os.close(fd)

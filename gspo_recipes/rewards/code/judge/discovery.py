@@ -46,6 +46,7 @@ def run_collected(module: types.ModuleType, source: str, begin_test: Callable[[]
 
     import pytest  # here, not at the top: most rows (asserts, HumanEval's check) never need it in the judge
 
+    _fail_yield_tests(module)
     plugin = _row_plugin_class()(module, begin_test, around_phase)
     for name in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS"):  # the trainer's environment does not configure the judge
         os.environ.pop(name, None)
@@ -61,6 +62,28 @@ def run_collected(module: types.ModuleType, source: str, begin_test: Callable[[]
     if plugin.collection_error is not None:
         raise CollectionFailed(plugin.collection_error)
     return {test: plugin.outcome(test) for test in plugin.collected}
+
+
+def _fail_yield_tests(module: types.ModuleType) -> None:
+    """A `test*` generator function (a yield test, which pytest 4 stopped running) is one test that fails, not a
+    collection error that refuses the whole row (None for every completion): the script's other tests count."""
+    import inspect
+
+    def failing(function):
+        @functools.wraps(function)
+        def yield_test(*args, **kwargs):
+            raise AssertionError(f"{function.__name__} is a yield test: pytest does not run those")
+
+        return yield_test
+
+    unittest = sys.modules.get("unittest")
+    # pytest's own classes only: unittest runs a TestCase's generator method as a call that returns at once.
+    classes = [value for value in vars(module).values() if isinstance(value, type)]
+    holders = [module, *(cls for cls in classes if unittest is None or not issubclass(cls, unittest.TestCase))]
+    for holder in holders:
+        for name, value in list(vars(holder).items()):
+            if name.startswith("test") and inspect.isgeneratorfunction(value):
+                setattr(holder, name, failing(value))
 
 
 @functools.cache

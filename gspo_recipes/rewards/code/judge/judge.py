@@ -20,8 +20,18 @@ from ..sandbox import launch as sandbox
 from ..sandbox.worker import WorkerStarter
 from . import discovery
 from .records import JudgeJob, Verdict
-from .remote import ABSENT, MODULE_ALIASES, REPLY_GRACE_S, STARTUP_ALLOWANCE_S, Link, Remote  # noqa: F401
-from .source import defined_names, parse, without_runner_calls
+from .remote import (  # noqa: F401
+    ABSENT,
+    MODULE_ALIASES,
+    REPLY_GRACE_S,
+    STARTUP_ALLOWANCE_S,
+    JudgeFailure,
+    Link,
+    Remote,
+    failures,
+    judge_failed,
+)
+from .source import defined_names, parse, stub_functions, without_runner_calls
 
 _BUILTIN_NAMES = frozenset(dir(builtins))
 # Conventional aliases and the modules behind them, which the judge imports for the tests by the tests' name.
@@ -64,11 +74,13 @@ def judge_tests(job: JudgeJob, start_worker: WorkerStarter | None = None) -> Ver
     except Refused as refusal:
         report["refused"] = str(refusal)
         return Verdict(0, 0, report)
-    except Exception as error:  # noqa: BLE001 (the tests or the program broke the judge: fail closed, say why)
+    except (Exception, JudgeFailure) as error:  # noqa: BLE001 (the tests or the program broke the judge: fail closed, say why)
         report["judge_error"] = f"{type(error).__name__}: {str(error)[:200]}"
         return Verdict(0, total, report)
     finally:
         link.close()
+        if link.capped:  # the same dict the verdict holds: its tests past the cap failed, and the run is told
+            report["worker_cap"] = True
 
 
 def referenced_names(sources: list[str]) -> list[str]:
@@ -139,18 +151,18 @@ def _is_stdlib_module(name: str) -> bool:
 # The test namespace
 
 
-class _TestTimeout(BaseException):
-    pass
-
-
 def _on_alarm(signum, frame):
-    raise _TestTimeout()
+    judge_failed("the test's time is up")
 
 
 def _test_namespace(job: dict, link: Link, report: dict) -> dict:
     entry_point = job.entry_point
     dataset_code = [*job.tests, job.setup or ""]
     helpers, failed_helpers = _run_helpers(job.helpers or [], job.per_test_s)
+    stubs = set().union(*map(stub_functions, job.helpers or []))  # the program's to fill in, never a helper
+    for stub in stubs:
+        helpers.pop(stub, None)
+    failed_helpers -= stubs
     referenced = referenced_names(dataset_code)
     free = set(referenced) - bound_names(dataset_code)
     # A module name is wanted even where another test binds it: statements share one namespace, in order.
@@ -162,6 +174,7 @@ def _test_namespace(job: dict, link: Link, report: dict) -> dict:
     # tests use unimported is the dataset's (a helper such as `poly`), never the program's own version of it.
     entry_only = bool(entry_point) and job.kind != "asserts"
     namespace: dict[str, Any] = {"__name__": "tests", "__builtins__": builtins}
+    link.dataset_names = namespace
     link.test_deadline = time.monotonic() + job.per_test_s  # looking the names up gets one test's budget
     for name in wanted:
         if name != entry_point and name in helpers:
@@ -194,7 +207,7 @@ def _test_namespace(job: dict, link: Link, report: dict) -> dict:
 def _from_program(link: Link, name: str) -> Any:
     try:
         return link.get(name)
-    except Exception:  # noqa: BLE001 (a name the program cannot give is a name the tests do not have)
+    except (Exception, JudgeFailure):  # noqa: BLE001 (a name the program cannot give is a name the tests do not have)
         return ABSENT
 
 
@@ -254,7 +267,8 @@ def _run_script(job: dict, namespace: dict, link: Link, report: dict) -> tuple[i
     source, per_test_s = job.tests[0], job.per_test_s
     module = types.ModuleType("tests")
     module.__dict__.update(namespace)
-    calls = link.calls
+    link.dataset_names = module.__dict__
+    calls, failed = link.calls, failures()
     link.test_deadline = time.monotonic() + per_test_s
     try:
         _run_timed(compile(without_runner_calls(source), discovery.SCRIPT_NAME, "exec"), module.__dict__, per_test_s)
@@ -276,7 +290,7 @@ def _run_script(job: dict, namespace: dict, link: Link, report: dict) -> tuple[i
         return int(_run_one(lambda: module.__dict__["check"](candidate), link, per_test_s, report)), 1
     if link.calls == calls:
         report["uncalled"] += 1
-    return int(link.calls > calls), 1
+    return int(link.calls > calls and failures() == failed), 1
 
 
 def _run_collected(module: types.ModuleType, source: str, link: Link, per_test_s: float) -> dict[str, str]:
@@ -288,8 +302,8 @@ def _run_collected(module: types.ModuleType, source: str, link: Link, per_test_s
         can_run = link.ensure()
         link.test_deadline = time.monotonic() + per_test_s
         alarm_at[0] = link.test_deadline + 2 * REPLY_GRACE_S
-        calls = link.calls
-        return lambda: can_run and link.calls > calls
+        calls, failed = link.calls, failures()
+        return lambda: can_run and link.calls > calls and failures() == failed
 
     @contextlib.contextmanager
     def alarm():
@@ -314,12 +328,12 @@ def _run_one(action, link: Link, per_test_s: float, report: dict) -> bool:
     if not link.ensure():
         return False
     link.test_deadline = time.monotonic() + per_test_s
-    calls = link.calls
+    calls, failed = link.calls, failures()
     try:
         outcome = _run_timed(action, None, per_test_s + 2 * REPLY_GRACE_S)
     except BaseException:  # noqa: BLE001 (whatever a test raises, timeouts included, fails it)
         return False
-    if outcome is False:
+    if outcome is False or failures() != failed:  # the judge failed under it, whatever the test caught
         return False
     if link.calls == calls:
         report["uncalled"] += 1

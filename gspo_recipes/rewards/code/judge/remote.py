@@ -17,6 +17,7 @@ from typing import Any
 from ..sandbox import launch as sandbox
 from ..sandbox.inside.wire import NotPlainData, decode, encode
 from ..sandbox.worker import SandboxWorker, WorkerGone, WorkerSpec, WorkerStarter
+from .broker import WorkerStartsCapped
 from .records import JudgeJob
 
 STARTUP_ALLOWANCE_S = 1.0  # sandbox and interpreter start-up, on top of one per-test budget for the program itself
@@ -40,6 +41,32 @@ MODULE_ALIASES = {"np": "numpy", "pd": "pandas", "plt": "matplotlib.pyplot", "mp
 # from. Never unittest (mock.ANY equals everything) and never a module that does things when imported.
 _CLASS_MODULES = {"collections", "fractions", "decimal", "datetime", "itertools", "heapq", "array", "numpy", "re"}
 _NEVER_IMPORTED = {"antigravity", "this", "turtle", "tkinter", "idlelib", "webbrowser", "unittest", "gspo_recipes"}
+# Modules whose exceptions steer the test's runner (a skip, an expected failure, an abort): never what the program's
+# exception becomes. And the names the program's own module goes by in the worker.
+_RUNNER_MODULES = {"unittest", "pytest", "_pytest", "pluggy", "gspo_recipes", "doctest", "bdb", "pdb"}
+_PROGRAM_MODULES = {"solution", "__main__", "__mp_main__"}
+
+
+class JudgeFailure(BaseException):  # noqa: N818 (what it is, not an error of the test's)
+    """The judge's own failure during a test: the call's or the test's time ran out, the worker was lost or broke
+    the protocol, a value was refused (an object of the program's compared, a test's object that cannot cross).
+    It derives from BaseException, so `except Exception`, `assertRaises(OSError)` or `pytest.raises(RuntimeError)`
+    in a test never catch it; and `judge_failed` counts it before raising, so a test that catches it anyway (a bare
+    `except:`) still fails: whether a test passed is the judge's frame's to say (`failures()` before and after)."""
+
+
+_FAILURES = [0]
+
+
+def judge_failed(message: str):
+    """Count one failure of the judge's and raise it as `JudgeFailure`."""
+    _FAILURES[0] += 1
+    raise JudgeFailure(message)
+
+
+def failures() -> int:
+    """How many failures of the judge's this process has seen: a test during which it changed did not pass."""
+    return _FAILURES[0]
 
 
 class Remote:
@@ -59,7 +86,7 @@ class Remote:
         if name.startswith("__"):
             raise AttributeError(name)
         if name in _DATA_METHODS and not self._open:
-            raise TypeError(f"the program's result is not plain data: `.{name}` would be its own, not the built-in's")
+            judge_failed(f"the program's result is not plain data: `.{name}` would be its own, not the built-in's")
         if name not in _DATA_METHODS:
             self._open = True  # the test uses it as an object (`stack.push`): from now on its methods are its own
         return self._link.forward(self, ["getattr", self._target, name])
@@ -71,13 +98,31 @@ class Remote:
         return self._link.forward(self, ["text", self._target, "repr"])
 
     def _refuse(self, *args):
-        raise TypeError("an object of the program's is not plain data: it cannot be compared, counted or tested")
+        judge_failed("an object of the program's is not plain data: it cannot be compared, counted or tested")
+
+    def __len__(self):
+        # A TypeError, not the judge's failure: `list(remote)` asks for a length first and goes on without one
+        # only on TypeError.
+        raise TypeError("an object of the program's is not plain data: it has no length the judge can trust")
 
     def __iter__(self):
         return self._link.iterate(self)
 
-    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = __bool__ = __len__ = __contains__ = _refuse
+    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = __bool__ = __contains__ = _refuse
     __index__ = __int__ = __float__ = __hash__ = __getitem__ = __add__ = __radd__ = __sub__ = __mul__ = _refuse
+
+
+class RemoteIterator(Remote):
+    """A generator or other iterator of the program's, left unrun in the worker: each item is asked for when the
+    test takes it (`next`, a `for`, `islice`), one at a time, so what the test never consumes never runs."""
+
+    __slots__ = ()
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return self._link.next_item(self)
 
 
 class Link:
@@ -89,19 +134,25 @@ class Link:
         self.worker: SandboxWorker | None = None
         self.generation = 0
         self.failed_to_load = False
+        self.capped = False  # the broker started its most workers for this attempt: no more tests can run
         self.calls = 0
         self.callbacks: list = []  # functions the tests passed to the program, by the number it calls them with
+        self.exception_classes: dict[str, type] = {}  # see `program_exception`: one class per claim, per row
+        self.dataset_names: dict = {}  # the tests' namespace (set by the judge): the dataset's own classes
         self.test_deadline = time.monotonic() + job.per_test_s
 
     def ensure(self) -> bool:
         if self.worker is not None and self.worker.alive:
             return True
         startup_s = STARTUP_ALLOWANCE_S + self.job.per_test_s
-        if self.failed_to_load or time.monotonic() + startup_s > self.row_deadline:
+        if self.failed_to_load or self.capped or time.monotonic() + startup_s > self.row_deadline:
             return False
         try:
             spec = WorkerSpec(self.job.backend, self.job.program, self.job.per_test_s, self.job.limits)
             self.worker = SandboxWorker(spec, self.start_worker)
+        except WorkerStartsCapped:
+            self.capped = True
+            return False
         except OSError as error:  # no process could be started: the machine's failure, not the program's
             raise sandbox.SandboxUnavailable(f"could not start the sandboxed worker: {error}") from error
         self.generation += 1
@@ -133,8 +184,11 @@ class Link:
 
     def call(self, remote: Remote, args: tuple, kwargs: dict) -> Any:
         self._check(remote)
-        sent = [encode(arg, self._outgoing) for arg in args]
-        named = [[key, encode(value, self._outgoing)] for key, value in kwargs.items()]
+        try:
+            sent = [encode(arg, self._outgoing) for arg in args]
+            named = [[key, encode(value, self._outgoing)] for key, value in kwargs.items()]
+        except NotPlainData as error:  # the judge cannot pass it: its limit, not the program's failure nor the test's
+            judge_failed(f"{error}")
         self.calls += 1
         reply = self._request(["call", remote._target, sent, named])
         result = self._decode(reply[0], open_=remote._open and remote._target[0] == "name")
@@ -160,10 +214,20 @@ class Link:
         while True:
             items, done = self._request(["next", remote._target, 64])
             if type(items) is not list:
-                raise WorkerGone("malformed items")
+                judge_failed("the worker sent malformed items")
             yield from (self._decode(item) for item in items)
             if done is True:
                 return
+
+    def next_item(self, remote: Remote) -> Any:
+        """The next item of a program's iterator, or StopIteration once it has none (`RemoteIterator`)."""
+        self._check(remote)
+        items, done = self._request(["next", remote._target, 1])
+        if type(items) is not list or len(items) > 1:
+            judge_failed("the worker sent malformed items")
+        if not items:
+            raise StopIteration
+        return self._decode(items[0])
 
     def forward(self, remote: Remote, request: list) -> Any:
         self._check(remote)
@@ -171,25 +235,78 @@ class Link:
 
     def _check(self, remote: Remote) -> None:
         if remote._link is not self or (remote._generation and remote._generation != self.generation):
-            raise RuntimeError("that object belonged to a worker that has since been restarted")
+            judge_failed("that object belonged to a worker that has since been restarted")
 
     def _request(self, request: list) -> list:
+        """The worker's answer to `request`. Whatever goes wrong on the judge's side of the call (the worker gone
+        or out of step, the time up, a malformed reply) is the judge's failure (`judge_failed`), never an exception
+        of the test's; what the program raised arrives as `program_exception` makes it."""
+        try:
+            reply = self._exchange(request)
+        except (WorkerGone, NotPlainData) as error:
+            if self.worker is not None:
+                self.worker.close()
+            judge_failed(f"{type(error).__name__}: {error}")
+        except TimeoutError as error:
+            judge_failed(f"TimeoutError: {error}")
+        if reply[0] == "ok":
+            return reply[1:]
+        kind = self.program_exception(reply[1], reply[3] if len(reply) > 3 else None)
+        try:
+            error = kind(str(reply[2]))
+        except Exception:  # noqa: BLE001 (a class whose constructor wants more than a message: made without it)
+            error = kind.__new__(kind, str(reply[2]))
+            error.args = (str(reply[2]),)
+        raise error
+
+    def _exchange(self, request: list) -> list:
         if self.worker is None or not self.worker.alive:  # restarted between tests only, never under a test's alarm
             raise WorkerGone("the program is not running")
-        budget = self.test_deadline - time.monotonic()
-        if budget <= 0:
-            raise TimeoutError("the test's time is up")
+        budget = self._budget()
         reply = self.worker.request([*request, budget], budget + REPLY_GRACE_S)
         while reply[0] == "callback" and len(reply) == 4:  # the program calls a function the test passed in
             reply = self.worker.request(self._called_back(*reply[1:]), self._budget() + REPLY_GRACE_S)
-        if reply[0] == "ok":
-            return reply[1:]
-        if reply[0] == "raised" and len(reply) == 3:
-            raise program_exception(reply[1])(str(reply[2]))
+        if reply[0] == "ok" or (reply[0] == "raised" and len(reply) >= 3):
+            return reply
         if reply[0] == "timeout":
             raise TimeoutError("the call ran out of time")
-        self.worker.close()
         raise WorkerGone("unexpected reply")
+
+    def program_exception(self, name: Any, lineage: Any) -> type:
+        """The class a test sees for an exception the program raised, from its name and its classes' lineage
+        (`[[module, qualified name], ...]`, the class first, as the worker claims them): the judge's own class of
+        that name where the judge has one (the standard library's, a module the judge has imported, the dataset's
+        own classes by name), else a class made here for it, distinct and named as the program's, under the
+        nearest of its bases the judge has (a `ValueError` subclass stays a `ValueError`). Never a class that steers
+        the test's runner (pytest's, unittest's) or its control flow (`StopIteration`, `SystemExit`...): those
+        arrive as distinct classes under `Exception`."""
+        claims = _claimed_lineage(name, lineage)
+        key = repr(claims)
+        if key not in self.exception_classes:
+            found = [self._judges_exception(module, qualname) for module, qualname in claims]
+            if found[0] is not None:
+                self.exception_classes[key] = found[0]
+            else:
+                base = next((cls for cls in found[1:] if cls is not None), Exception)
+                module, qualname = claims[0]
+                made = type(qualname.rsplit(".", 1)[-1], (base,), {"__module__": module, "__qualname__": qualname})
+                self.exception_classes[key] = made
+        return self.exception_classes[key]
+
+    def _judges_exception(self, module: str, qualname: str) -> type | None:
+        if module == "builtins":
+            found = getattr(builtins, qualname, None) if qualname not in _CONTROL_FLOW else None
+        elif module in _PROGRAM_MODULES:
+            found = self.dataset_names.get(qualname)
+            if isinstance(found, Remote) or getattr(found, "__module__", None) in _PROGRAM_MODULES:
+                found = None
+        elif module.split(".")[0] in _RUNNER_MODULES or module not in sys.modules:
+            found = None
+        else:
+            found = sys.modules[module]
+            for part in qualname.split("."):
+                found = getattr(found, part, None)
+        return found if isinstance(found, type) and issubclass(found, Exception) else None
 
     def _budget(self) -> float:
         budget = self.test_deadline - time.monotonic()
@@ -209,15 +326,23 @@ class Link:
             result = self.callbacks[callback_id](*[self._decode(arg) for arg in args], **named)
             return ["returned", encode(result, self._outgoing)]
         except Exception as error:  # noqa: BLE001 (the test's function raised: the program sees that it did)
-            return ["raised", type(error).__name__]
+            # Its name and the built-in classes it derives from: the worker raises the built-in class of that name,
+            # or one made under the nearest built-in base (never a bare RuntimeError).
+            bases = [cls.__name__ for cls in type(error).__mro__ if cls.__module__ == "builtins"]
+            return ["raised", type(error).__name__, bases]
 
     def _decode(self, data: Any, open_: bool = False) -> Any:
         def handle(handle_id):
+            if type(handle_id) is tuple and len(handle_id) == 2 and handle_id[0] == "g":
+                return RemoteIterator(self, ["h", handle_id[1]], self.generation, True)
             if type(handle_id) is not int:
                 raise NotPlainData("a function of the test's cannot come back from the program")
             return Remote(self, ["h", handle_id], self.generation, open_)
 
-        return decode(data, handle)
+        try:
+            return decode(data, handle)
+        except NotPlainData as error:
+            judge_failed(f"the worker sent what is not data: {error}")
 
     def _outgoing(self, value: Any, encode_inner) -> list:
         if isinstance(value, Remote) and value._target[0] == "h":
@@ -230,11 +355,16 @@ class Link:
         raise NotPlainData(f"a {type(value).__name__} cannot be passed to the program")
 
 
-def program_exception(name: Any) -> type:
-    """The built-in exception class a test sees for one the program raised (RuntimeError for anything else, and for
-    the exceptions that steer control flow)."""
-    found = getattr(builtins, name, None) if isinstance(name, str) and name not in _CONTROL_FLOW else None
-    return found if isinstance(found, type) and issubclass(found, Exception) else RuntimeError
+def _claimed_lineage(name: Any, lineage: Any) -> list[tuple[str, str]]:
+    """The worker's claim about an exception's classes, as (module, qualified name) pairs, the class first; a
+    malformed claim is the bare name, as a built-in."""
+
+    def well_formed(entry):
+        return type(entry) is list and len(entry) == 2 and all(type(part) is str and part for part in entry)
+
+    if type(lineage) is list and lineage and all(well_formed(entry) for entry in lineage):
+        return [(module, qualname) for module, qualname in lineage[:32]]
+    return [("builtins", name if type(name) is str and name.isidentifier() else "Exception")]
 
 
 def judges_copy(name: str, imported: Any) -> Any:

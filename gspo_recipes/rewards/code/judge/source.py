@@ -96,3 +96,25 @@ def estimated_tests(script: str) -> int:
             for decorator in node.decorator_list:
                 count += sum(len(sub.elts) for sub in ast.walk(decorator) if isinstance(sub, (ast.List, ast.Tuple)))
     return max(1, min(count, MAX_ESTIMATED_TESTS))
+
+
+def stub_functions(source: str) -> set[str]:
+    """Top-level functions of `source` whose body is only a docstring, `pass` or `...`: a stub the prompt asks the
+    program to fill in (an MBPP prompt's fenced `def f(x): pass`), never a helper the dataset provides."""
+    try:
+        tree = parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return set()
+
+    def is_filler(statement: ast.stmt) -> bool:
+        return isinstance(statement, ast.Pass) or (
+            isinstance(statement, ast.Expr)
+            and isinstance(statement.value, ast.Constant)
+            and (isinstance(statement.value.value, str) or statement.value.value is Ellipsis)
+        )
+
+    return {
+        node.name
+        for node in tree.body
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and all(map(is_filler, node.body))
+    }

@@ -39,7 +39,7 @@ def _run_harness(job_fd=None, serve_fds=None):
         fds = (int(sys.argv[2]), int(sys.argv[3])) if serve_fds is None else serve_fds
         _serve(job, fds, exit_now, set_timer, real_timer, base_exception)
     try:
-        program = compile(job["program"], "solution.py", "exec")
+        program = compile(job["program"], _program_file(job["program"]), "exec")
     except base_exception:
         exit_now(1)
     if mode == "io":
@@ -47,11 +47,43 @@ def _run_harness(job_fd=None, serve_fds=None):
     _run_tests(job, program, builtins, exit_now, set_timer, real_timer, base_exception)
 
 
+def _program_file(source):
+    """The program written to `solution.py` in the attempt's private working directory: its path (what its code
+    objects, `__file__`, `inspect.getsource` and a spawned child's import find), or the bare name where it cannot
+    be written."""
+    import os
+
+    path = os.path.join(os.getcwd(), "solution.py")
+    try:
+        with open(path, "w", encoding="utf-8") as file:
+            file.write(source)
+    except (OSError, ValueError):
+        return "solution.py"
+    return path
+
+
+def _program_module(name, path, builtins):
+    """The module the program runs in, as Python makes one for a file: registered in `sys.modules` under `name`
+    (so pickle finds its functions, classes and enums by module, and a forked child has it), with `__file__`, and
+    with its folder on `sys.path` (so a spawned child imports it, as it would `python solution.py`'s)."""
+    import os
+    import sys
+    import types
+
+    module = types.ModuleType(name)
+    module.__builtins__ = builtins
+    if os.path.isabs(path):
+        module.__file__ = path
+        sys.path.insert(0, os.path.dirname(path))
+    sys.modules[name] = module
+    return module
+
+
 def _run_as_main(program, builtins, exit_now, base_exception):
     """io mode: the program as `__main__`, exiting with its own status."""
     import sys
 
-    namespace = {"__name__": "__main__", "__builtins__": builtins}
+    namespace = _program_module("__main__", program.co_filename, builtins).__dict__
     code = 0
     try:
         exec(program, namespace)
@@ -97,7 +129,7 @@ def _run_tests(job, program, builtins, exit_now, set_timer, real_timer, base_exc
         except base_exception:
             return False
 
-    solution = {"__name__": "solution", "__builtins__": builtins}
+    solution = _program_module("solution", program.co_filename, builtins).__dict__
     passed = 0
     if run(program, solution):
         test_namespace = {key: value for key, value in solution.items() if key != "__builtins__"}
@@ -127,8 +159,11 @@ def _serve(job, fds, exit_now, set_timer, real_timer, base_exception):
         while data:
             data = data[write(reply_fd, data) :]
 
+    import builtins as builtins_module
+
     timed = _call_timer(set_timer, real_timer, base_exception)
-    namespace = {"__name__": "solution", "__builtins__": __builtins__}
+    program_file = _program_file(job["program"])
+    namespace = _program_module("solution", program_file, __builtins__).__dict__
     current = [0]  # the number of the judge's latest line: every reply echoes it
 
     def call_back(callback_id, args, kwargs, encode_value, decode_value):
@@ -139,14 +174,15 @@ def _serve(job, fds, exit_now, set_timer, real_timer, base_exception):
         line = requests.readline(max_message)
         if not line:
             exit_now(0)
-        current[0], outcome, value = loads(line)[:3]
+        message = loads(line)
+        current[0], outcome, value = message[:3]
         if outcome != "returned":
-            raise RuntimeError(f"the test's function raised {value}")
+            raise _callback_exception(value, message[3] if len(message) > 3 else [], builtins_module)()
         return decode_value(value)
 
     respond = _responder(namespace, codec, call_back)
     try:
-        program = compile(job["program"], "solution.py", "exec")
+        program = compile(job["program"], program_file, "exec")
     except base_exception:
         reply(["load_failed"])
         exit_now(1)
@@ -186,37 +222,53 @@ def _call_timer(set_timer, real_timer, base_exception):
         except CallTimeout:
             return ["timeout"]
         except base_exception as error:
-            return ["raised", type(error).__name__, str(error)[:1000]]
+            return ["raised", type(error).__name__, str(error)[:1000], _lineage(type(error))]
 
     return timed
+
+
+def _lineage(cls):
+    """[[module, qualified name], ...] of an exception's class and its bases, in method resolution order: what the
+    judge makes the exception from (the judge's own class where it has one, a look-alike under the nearest base it
+    has otherwise). Only a claim, and the judge treats it as one."""
+    try:
+        return [[str(kind.__module__), str(kind.__qualname__)] for kind in cls.__mro__[:32]]
+    except BaseException:  # noqa: BLE001 (a class that will not say: the judge goes by the name alone)
+        return []
+
+
+def _callback_exception(name, bases, builtins_module):
+    """The class the program sees for an exception a function of the test's raised: the built-in class of that
+    name, else one made under the nearest built-in base it named (as the test's own class would be caught)."""
+    found = getattr(builtins_module, str(name), None)
+    if isinstance(found, type) and issubclass(found, Exception):
+        return found
+    for base in bases if type(bases) is list else []:
+        found = getattr(builtins_module, str(base), None)
+        if isinstance(found, type) and issubclass(found, Exception):
+            return type(str(name), (found,), {})
+    return type(str(name) if str(name).isidentifier() else "Exception", (Exception,), {})
 
 
 def _responder(namespace, codec, call_back):
     """`respond(request)`: the answer to one get/call/getattr/text request on the program's namespace, as data.
     Objects that are not data stay here, as handles the judge can name in later requests."""
-    from itertools import chain
-
-    encode, decode, max_items = codec["encode"], codec["decode"], codec["MAX_ITERATOR_ITEMS"]
+    encode, decode = codec["encode"], codec["decode"]
     handles = []
     iterators = {}
 
     def as_data(value):
         def fallback(obj, encode_inner):
-            if hasattr(type(obj), "__next__"):  # a generator or other iterator: its items, up to a cap
-                taken = []
-                for item in obj:
-                    taken.append(item)
-                    if len(taken) > max_items:
-                        break
-                else:
-                    return ["i", [encode_inner(item) for item in taken]]
-                obj = chain(taken, obj)  # endless, or nearly: the judge takes its items as the test asks
             handles.append(obj)
-            return ["h", len(handles) - 1]
+            # A generator or other iterator stays here, unrun: the judge asks for its items one at a time, as the
+            # test takes them, so what the test does not consume never runs (as in one process).
+            return ["g" if hasattr(type(obj), "__next__") else "h", len(handles) - 1]
 
         return encode(value, fallback)
 
     def resolve(handle_id):
+        if type(handle_id) is tuple and handle_id[0] == "g":  # never sent by the judge: no iterator of its own
+            raise TypeError("not data")
         if type(handle_id) is tuple:  # ("k", id): a function of the test's
             callback_id = handle_id[1]
             return lambda *args, **kwargs: call_back(callback_id, args, kwargs, as_data,

@@ -9,7 +9,6 @@ import sys
 
 MAX_DEPTH = 100
 MAX_NODES = 1_000_000
-MAX_ITERATOR_ITEMS = 100_000  # a generator the worker materialises; an endless one is not data
 MAX_MESSAGE_BYTES = 8 << 20
 _SMALL_INT = 1 << 1000  # beyond this, ints cross as hex text (decimal text is capped at 4300 digits)
 # Caps that bound the work decoding (and a test's first look at the result) can cost, in time as well as in size:
@@ -164,6 +163,8 @@ def _decode(data, handle, budget, depth):
         return _capped_range(*rest)
     if tag == "h" and len(rest) == 1 and type(rest[0]) is int and handle is not None:
         return handle(rest[0])
+    if tag == "g" and len(rest) == 1 and type(rest[0]) is int and handle is not None:
+        return handle(("g", rest[0]))  # an iterator of the program's: its items cross one at a time, as taken
     if tag == "k" and len(rest) == 1 and type(rest[0]) is int and handle is not None:
         return handle(("k", rest[0]))  # a function of the judge's (the test's), called back across the boundary
     if tag == "M" and len(rest) == 1 and type(rest[0]) is str and len(rest[0]) <= MAX_DECIMAL_CHARS:

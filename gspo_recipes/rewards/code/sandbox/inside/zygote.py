@@ -11,10 +11,16 @@ else:  # imported: the judge's zygote (judge/confined.py)
     from . import confine
 
 
+# What each attempt of this zygote gets beyond its PID, mount, IPC and UTS namespaces, set once by `become_zygote`:
+# the program's attempts a network namespace of their own (with its loopback up) and an init that reaps their orphans.
+_PER_ATTEMPT = {"network": False, "reaper": False}
+
+
 def become_zygote(config):
     """Once, at start: own mount and network namespaces, the read-only root `config["root"]` built from
     `config["plan"]`, chroot into it. Returns a descriptor of the zygote's PID namespace (for `serve`); raises
-    OSError where the kernel refuses."""
+    OSError where the kernel refuses. `config["loopback"]`: every attempt also gets a network namespace of its own,
+    and an init that reaps what its program orphans."""
     import os
 
     if not confine.die_with_parent():
@@ -24,6 +30,7 @@ def become_zygote(config):
     confine.unshare(confine.CLONE_NEWNS | confine.CLONE_NEWNET)
     if config.get("loopback"):
         confine.loopback_up()
+        _PER_ATTEMPT.update(network=True, reaper=True)
     confine.build_root(config["root"], config["plan"], config["tmpfs_mb"])
     flags = confine.MS_REMOUNT | confine.MS_RDONLY | confine.MS_NOSUID | confine.MS_NODEV
     confine.mount(None, config["root"], None, flags)
@@ -149,7 +156,12 @@ def _attempt(request, fds, payload):
         if not confine.die_with_parent():
             os._exit(1)
         confine.keep_only(*fds)
-        confine.unshare(confine.CLONE_NEWNS | confine.CLONE_NEWIPC | confine.CLONE_NEWUTS)
+        # A network namespace per attempt: sockets in TIME_WAIT, bound ports and the /proc/net counters of one attempt
+        # are never the next one's.
+        network = confine.CLONE_NEWNET if _PER_ATTEMPT["network"] else 0
+        confine.unshare(confine.CLONE_NEWNS | confine.CLONE_NEWIPC | confine.CLONE_NEWUTS | network)
+        if network:
+            confine.loopback_up()
         confine.mount("proc", "/proc", "proc", confine.MS_NOSUID | confine.MS_NODEV | confine.MS_NOEXEC)
         confine.mount_tmpfs("/tmp", request["tmpfs_mb"])
         confine.mount_tmpfs("/dev/shm", request["tmpfs_mb"])
@@ -158,11 +170,38 @@ def _attempt(request, fds, payload):
         os.mkdir(workdir, 0o700)
         os.chown(workdir, uid, uid)
         os.chdir(workdir)
+        if _PER_ATTEMPT["reaper"]:
+            _become_init(fds)  # returns in the payload's process only
         confine.drop_to(uid, request["processes"])
     except BaseException:  # noqa: BLE001 (no confinement, no attempt: the judge sees a worker that never got ready)
         os._exit(1)
     payload(fds)
     os._exit(0)
+
+
+def _become_init(fds):
+    """Split the attempt in two: this process stays the first of the namespace and reaps every process re-parented
+    to it (as `python` run from a shell has its orphans reaped by the system's init, so they never hold a process
+    slot), and exits with the payload's status; the child returns and runs the payload, a process like any other
+    (not one the kernel shields from signals as it does a namespace's init). Ending this process ends the
+    namespace, as before."""
+    import os
+
+    child = os.fork()
+    if child == 0:
+        return
+    # It stays root, as bwrap's own init does: it counts against no process limit of the attempt's uid, and a
+    # process of that uid can neither signal nor trace it. It holds nothing: no descriptor, no capability it uses.
+    for fd in fds:
+        os.close(fd)
+    confine.set_name("gspo-init")
+    while True:
+        try:
+            pid, status = os.wait()
+        except ChildProcessError:
+            os._exit(0)
+        if pid == child:
+            os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status))
 
 
 if __name__ == "__main__":  # the last file of the zygote's source (`assembly.py`): everything it takes is defined
