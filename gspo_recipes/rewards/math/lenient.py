@@ -15,6 +15,7 @@ from typing import Any
 
 from ..text import column, completion_text
 from .contract import boxed_contents
+from .golds import note_unreadable_gold
 from .verifier import verify_in_pool
 
 _MAX_DIGITS = 100  # longer "numbers" are never a dataset's answer, and Fraction() on them is wasted work
@@ -26,6 +27,7 @@ def lenient_math_accuracy(
     answer: list | None = None,
     *,
     timeout_s: float,
+    delimiters: tuple[str, ...] | None = None,
     **kwargs: Any,
 ) -> list[float | None]:
     """1.0 when the completion's final answer equals the gold one, judged by math-verify.
@@ -36,12 +38,15 @@ def lenient_math_accuracy(
     `timeout_s` seconds in a worker process.
     """
     n = len(completions)
-    texts = [completion_text(c) for c in completions]
+    texts = [after_reasoning(completion_text(c), delimiters) for c in completions]
     golds = [_math_gold(s, a) for s, a in zip(column(solution, n), column(answer, n))]
     scores: list[float | None] = [None] * n
     slow: list[int] = []
     for i, (text, gold) in enumerate(zip(texts, golds)):
         if gold is None:
+            continue
+        if text is None:
+            scores[i] = 0.0  # no reasoning delimiter: TRL's reasoning_accuracy_reward scores it 0
             continue
         scores[i] = _integer_fast_path(gold, text)
         if scores[i] is None:
@@ -53,6 +58,9 @@ def lenient_math_accuracy(
     requests = [(i, *golds[i], boxed[i] or texts[i], boxed[i] is not None) for i in slow]
     retry = verify_in_pool(scores, requests, timeout_s, "verify_answer")
     verify_in_pool(scores, [(i, *golds[i], texts[i], False) for i in retry], timeout_s, "verify_answer")
+    for score, gold in zip(scores, golds):
+        if score is None and gold is not None:
+            note_unreadable_gold(gold[0])
     return scores
 
 
@@ -61,6 +69,7 @@ def lenient_gsm8k_accuracy(
     answer: list | None = None,
     *,
     timeout_s: float,
+    delimiters: tuple[str, ...] | None = None,
     **kwargs: Any,
 ) -> list[float | None]:
     """1.0 when the completion's final number equals GSM8K's gold (the number after `####` in `answer`).
@@ -76,8 +85,10 @@ def lenient_gsm8k_accuracy(
     for i, (completion, gold_text) in enumerate(zip(completions, column(answer, n))):
         gold = _gsm8k_gold(gold_text)
         if gold is None:
+            note_unreadable_gold(gold_text)
             continue
-        candidate = _gsm8k_candidate(completion_text(completion))
+        text = after_reasoning(completion_text(completion), delimiters)
+        candidate = None if text is None else _gsm8k_candidate(text)
         if candidate is None:
             scores[i] = 0.0
             continue
@@ -90,6 +101,30 @@ def lenient_gsm8k_accuracy(
             slow.append((i, _format_number(gold), True, f"$\\boxed{{{candidate}}}$", False))
     verify_in_pool(scores, slow, timeout_s, "verify_answer")
     return scores
+
+
+def reasoning_delimiters_option(delimiters: Any) -> tuple[str, ...] | None:
+    """TRL's `reasoning_delimiters` as a tuple of strings, or None (the default: `</think>` when there is one);
+    anything else is refused, naming the argument and what it takes."""
+    if delimiters is None:
+        return None
+    if isinstance(delimiters, str):
+        delimiters = [delimiters]
+    delimiters = tuple(delimiters) if isinstance(delimiters, (list, tuple)) else None
+    if not delimiters or not all(isinstance(item, str) and item for item in delimiters):
+        raise ValueError(
+            "reasoning_delimiters must be a non-empty list of non-empty strings, such as ['</think>'] "
+            "(the answer is read after the last of them)"
+        )
+    return delimiters
+
+
+def after_reasoning(text: str, delimiters: tuple[str, ...] | None) -> str | None:
+    """The text after the last of `delimiters` (None when there is none); all of it without delimiters."""
+    if delimiters is None:
+        return text
+    ends = [text.rfind(delimiter) + len(delimiter) for delimiter in delimiters if delimiter in text]
+    return text[max(ends) :] if ends else None
 
 
 # ----------------------------------------------------------------------------------------------------------------
