@@ -69,7 +69,16 @@ _GLUED = re.compile(rf"\d(?:{_SPACING}|\\[$%]|\\text\s*\{{[^{{}}]*\}}|\\mathrm\s
 _QUALIFYING_TILDE = re.compile(r"(?:^|[^\d\s])\s*~\s*[-−]?\.?\d|^\s*~")
 _BASE = re.compile(r"\d\s*_\s*\{?\s*(\w+)")
 _BARE_NUMBER = re.compile(rf"-?\d{{1,{MAX_DIGITS}}}(?:\.\d{{1,{MAX_DIGITS}}})?")
-_HUGE = re.compile(r"\^\s*\{[^{}]*\^|\^\s*\{?\s*\d{4,}|\d{4,}\s*!|\\uparrow|!\s*!|\^\s*\{?\s*\(?\s*\d+\s*!")
+# Big-number work, by what it is applied to: an exponent that is a tower, four digits, a factorial or a product of
+# numbers; a factorial of four digits; a binomial or Gamma of four digits (C(1234567, 123456) and Gamma(12345678)
+# take sympy seconds to minutes in C, where no deadline but a killed worker reaches).
+_HUGE = re.compile(
+    r"\^\s*\{[^{}]*\^|\^\s*\{?\s*\(?\s*\d{4,}|\^\s*\{?\s*\(?\s*\d+\s*!|\\uparrow|!\s*!"
+    r"|\^\s*\{(?=[^{}]*\d\d)[^{}]*(?:\\cdot|\\times|\*|\\ast)[^{}]*\}"
+    r"|\d{4,}\s*\)?\s*!"
+    r"|\\[dt]?binom\s*\{\s*\d{4,}|\\[dt]?binom\s*\{[^{}]*\}\s*\{\s*\d{4,}|\d{4,}\s*\\choose"
+    r"|(?:\\Gamma|\bgamma|\\operatorname\s*\{\s*[Gg]amma\s*\})\s*(?:\\left)?\s*[({]\s*[-+]?\d{4,}"
+)
 
 
 def answer_form(answer: str, gold: str, problem: str | None = None) -> str | None:
@@ -164,8 +173,8 @@ def mixed_numbers(text: str) -> str:
 
 
 def too_costly(text: str) -> bool:
-    """A power tower, a four-digit exponent or factorial, or a number over MAX_DIGITS digits: work that can take
-    sympy minutes in C, refused before it gets there."""
+    """A power tower; an exponent of four digits, a factorial or a product; a factorial, binomial or Gamma of four
+    digits; a number over MAX_DIGITS digits: work that can take sympy minutes in C, refused before it gets there."""
     return _HUGE.search(text) is not None or re.search(rf"\d{{{MAX_DIGITS + 1}}}", text) is not None
 
 

@@ -202,7 +202,8 @@ def read_commitments(
     boxed = [event[3] for event in commitments if event[2] == "box"]
     if gold_values > 1 and len(boxed) > 1 and commitments[-1][2] == "box" and len(set(boxed)) == len(boxed):
         return Commitments(", ".join(boxed), ())  # several boxes that together give a several-valued gold
-    distinct = tuple(dict.fromkeys(value for value in boxed if value.strip() != answer.strip()))
+    last_box = boxed[-1].strip() if boxed else ""
+    distinct = tuple(dict.fromkeys(value for value in boxed if value.strip() != last_box))  # boxes must agree
     return Commitments(answer, distinct[:MAX_COMMITMENTS], too_many=len(distinct) > MAX_COMMITMENTS)
 
 

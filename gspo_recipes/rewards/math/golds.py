@@ -4,10 +4,10 @@ A row's gold is its `answer` column when there is one, else its `solution` colum
 answer (`\\frac{1}{2}`, `72`), a GSM8K worked answer (`... #### 72`) or a worked solution, whose answer is its
 committed place under the same contract the completions are read by (the last box, else the last commitment).
 
-A gold is judgeable when it says some math: a number, a LaTeX command, or one token such as `x+1` or `Evelyn`. Prose
-(`Answer is forty three.`, `forty two`) and bare punctuation (`???`) are not: TRL skips such rows (None), and so do
-we, each time with a warning that the trainer records in `gspo_diagnostics.jsonl` (`take_unreadable_golds`), as
-a broken dataset column should not pass in silence.
+A gold is judgeable when it says some math: a number, a LaTeX command, or letters that are no prose (`p - q`,
+`Evelyn`). Prose (`Answer is forty three.`, `forty two`) and bare punctuation (`???`) are not: TRL skips such rows
+(None), and so do we, each time with a warning that the trainer records in `gspo_diagnostics.jsonl`
+(`take_unreadable_golds`): a broken dataset column should not pass in silence.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ logger = logging.getLogger(__name__)
 
 WARNING_KIND = "unreadable_gold"
 _unreadable: dict[str, int] = {}  # gold text -> rows seen since the last take_unreadable_golds()
-_MATH = re.compile(r"\d|\\[A-Za-z]+|^\s*[^\s\w]*[A-Za-z][^\s]*\s*$")
+_PROSE = re.compile(r"[A-Za-z]{2,}\s+[A-Za-z]{2,}")
 
 
 def gold_column(solution: Any, answer: Any) -> Any:
@@ -29,8 +29,11 @@ def gold_column(solution: Any, answer: Any) -> Any:
 
 
 def says_math(text: str) -> bool:
-    """Whether a gold answer says some math (the module docstring); prose and punctuation do not."""
-    return bool(_MATH.search(text)) and bool(re.search(r"[\w\\]", text))
+    """Whether a gold answer says some math (the module docstring): a digit or a LaTeX command, else letters that
+    are not two words of prose in a row (`p - q`, `Evelyn`, but not `forty two`); punctuation alone does not."""
+    if re.search(r"\d|\\[A-Za-z]", text):
+        return True
+    return bool(re.search(r"[A-Za-z]", text)) and not _PROSE.search(text)
 
 
 def note_unreadable_gold(gold: Any) -> None:

@@ -14,6 +14,7 @@ from fractions import Fraction
 from typing import Any
 
 from ..text import column, completion_text
+from .answer import too_costly
 from .contract import boxed_contents
 from .golds import note_unreadable_gold
 from .verifier import verify_in_pool
@@ -55,6 +56,10 @@ def lenient_math_accuracy(
     # judged once, on the boxed content alone. If that content does not parse, math-verify would look elsewhere in
     # the text, so those completions are judged again in full.
     boxed = {i: _single_boxed(texts[i]) for i in slow}
+    for i in list(slow):  # big-number work in the answer is refused before a worker spends its deadline on it
+        if boxed[i] is not None and too_costly(boxed[i]) and not too_costly(golds[i][0]):
+            scores[i] = 0.0
+            slow.remove(i)
     requests = [(i, *golds[i], boxed[i] or texts[i], boxed[i] is not None) for i in slow]
     retry = verify_in_pool(scores, requests, timeout_s, "verify_answer")
     verify_in_pool(scores, [(i, *golds[i], texts[i], False) for i in retry], timeout_s, "verify_answer")
