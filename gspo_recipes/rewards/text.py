@@ -14,9 +14,14 @@ def completion_text(completion: Any) -> str:
     if isinstance(completion, dict):
         return _content_text(completion.get("content"))
     if isinstance(completion, (list, tuple)) and completion:
-        messages = [m for m in completion if isinstance(m, (dict, str))]
-        assistant = [m for m in messages if isinstance(m, dict) and m.get("role", "assistant") == "assistant"]
-        return completion_text((assistant or messages or [""])[-1])
+        # The model's own words: a message without a role is the assistant's (TRL's tests write `[{"content": ...}]`);
+        # a tool's or the user's message is not, nor is anything that is no message.
+        said = [
+            m
+            for m in completion
+            if isinstance(m, str) or isinstance(m, dict) and m.get("role", "assistant") == "assistant"
+        ]
+        return completion_text(said[-1]) if said else ""
     return ""
 
 

@@ -126,12 +126,7 @@ def gsm8k_accuracy(
 
 @lru_cache(maxsize=4096)
 def _gsm8k_gold_cached(text: str) -> Fraction | None:
-    """GSM8K's `#### N`, a plain number, else the committed answer of a worked solution (`\\boxed{72}`)."""
-    value = _gsm8k_gold(text)
-    if value is None:
-        found = read_commitments(text)
-        value = None if found is None or found.others else plain_number(found.answer.strip().strip("$"))
-    return value
+    return _gsm8k_gold(text)
 
 
 def _math_gold_answer(solution: Any, answer: Any) -> tuple[str, bool] | None:
@@ -143,7 +138,7 @@ def _math_gold_answer(solution: Any, answer: Any) -> tuple[str, bool] | None:
         return None
     text = gold[0] if gold[1] else _solution_answer(gold[0])
     if not says_math(text):
-        note_unreadable_gold(text)
+        note_unreadable_gold(gold[0])
         return None
     return text, True
 
@@ -158,17 +153,19 @@ def _solution_answer(solution: str) -> str:
     return found.answer.strip() if found is not None and not found.too_many else solution.strip()
 
 
-def math_accuracy_lenient(completions: list, **kwargs: Any) -> list[float | None]:
+def math_accuracy_lenient(
+    completions: list, solution: list | None = None, answer: list | None = None, **kwargs: Any
+) -> list[float | None]:
     """`math_accuracy(..., contract=False)`: math-verify's own reading of the completion (the last box, relations
     read as their right-hand side, the last expression when nothing is boxed, 6-decimal rounding). Pays for hedges
     and wrong relations; see `gspo audit-reward math_accuracy_lenient`."""
-    return math_accuracy(completions, **kwargs, contract=False)
+    return math_accuracy(completions, solution, answer, **kwargs, contract=False)
 
 
-def gsm8k_accuracy_lenient(completions: list, **kwargs: Any) -> list[float | None]:
+def gsm8k_accuracy_lenient(completions: list, answer: list | None = None, **kwargs: Any) -> list[float | None]:
     """`gsm8k_accuracy(..., contract=False)`: the last box, then `####` and "the answer is", then the last number
     anywhere in the text. Pays for number dumps that end in the gold; see `gspo audit-reward`."""
-    return gsm8k_accuracy(completions, **kwargs, contract=False)
+    return gsm8k_accuracy(completions, answer, **kwargs, contract=False)
 
 
 # ----------------------------------------------------------------------------------------------------------------

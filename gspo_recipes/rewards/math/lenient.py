@@ -15,7 +15,7 @@ from typing import Any
 
 from ..text import column, completion_text
 from .answer import too_costly
-from .contract import boxed_contents
+from .contract import boxed_contents, read_commitments
 from .golds import note_unreadable_gold
 from .verifier import verify_in_pool
 
@@ -150,11 +150,18 @@ def _math_gold(solution: Any, answer: Any) -> tuple[str, bool] | None:
 
 
 def _gsm8k_gold(answer: Any) -> Fraction | None:
+    """GSM8K's `#### N`, a plain number, else the number a worked solution commits to (`\\boxed{72}`, "The
+    answer is 72"); number words are not read (TRL skips a gold of "forty two")."""
     if isinstance(answer, (int, float)):
         answer = str(answer)
     if not isinstance(answer, str):
         return None
-    return _as_number(answer.rsplit("####", 1)[-1])
+    value = _as_number(answer.rsplit("####", 1)[-1])
+    if value is None and "####" not in answer:
+        found = read_commitments(answer)
+        if found is not None and not found.too_many and re.search(r"\d", found.answer):
+            value = _as_number(found.answer)
+    return value
 
 
 # ----------------------------------------------------------------------------------------------------------------
