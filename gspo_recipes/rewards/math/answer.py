@@ -62,9 +62,15 @@ _CONNECTIVE = re.compile(
 _ALLOWED_SYMBOLS = set("−×·÷°π√∞∪∩≤≥′²³½¼¾ ")
 _RELATION = re.compile(r"\\(?:le|leq|ge|geq|lt|gt|leqslant|geqslant)(?![a-zA-Z])|<=|>=|[=<>]")
 _VARIABLE = r"(?:[A-Za-z]|\\[a-zA-Z]+)(?:_\{?[\w\\]+\}?)?(?:\^\{?(?:\*|\\prime)\}?|')?(?:\([^()=]*\))?"
-_ASSIGNMENT = re.compile(rf"\s*({_VARIABLE})\s*=\s*(.+)", re.DOTALL)
+# `x = 5`, and a named tuple `(x, y) = (5, 8)`: the value is the right-hand side.
+_ASSIGNMENT = re.compile(rf"\s*({_VARIABLE}|\(\s*{_VARIABLE}(?:\s*,\s*{_VARIABLE})+\s*\))\s*=\s*(.+)", re.DOTALL)
 _SPACING = r"(?:\s|~|\\[,;:! ]|\\quad|\\qquad|\\enspace|\\thinspace)"
-_THOUSANDS = re.compile(rf"(?<![\d.])\d{{1,3}}(?:(?:{_SPACING}+|\{{,\}}|,)\d{{3}})+(?!\d)")
+_LATEX_SPACE = r"(?:~|\\[,;:! ]|\\quad|\\qquad|\\enspace|\\thinspace)"
+# After a comma only LaTeX spacing may follow (`10,\!080`): "32, 349" is a list of two numbers.
+_GROUP_SEPARATOR = (
+    rf"(?:(?:\{{,\}}|,)(?:{_LATEX_SPACE}\s*)*|{_SPACING}+)"  # `1,000`, `1{,}000`, `10,\!080`, `70 000`, `13\,535`
+)
+_THOUSANDS = re.compile(rf"(?<![\d.])\d{{1,3}}(?:{_GROUP_SEPARATOR}\d{{3}})+(?!\d)")
 _GLUED = re.compile(rf"\d(?:{_SPACING}|\\[$%]|\\text\s*\{{[^{{}}]*\}}|\\mathrm\s*\{{[^{{}}]*\}})+[-−]?\.?\d")
 _QUALIFYING_TILDE = re.compile(r"(?:^|[^\d\s])\s*~\s*[-−]?\.?\d|^\s*~")
 _BASE = re.compile(r"\d\s*_\s*\{?\s*(\w+)")
@@ -84,7 +90,10 @@ _HUGE = re.compile(
 def answer_form(answer: str, gold: str, problem: str | None = None) -> str | None:
     """The answer as the graders should compare it, or None when what it says is more than one value, or other
     than one (see the module docstring). `variable = value` becomes the value."""
-    answer = strip_delimiters(answer)
+    answer = unify_relations(strip_delimiters(answer))
+    gold = unify_relations(gold)
+    if count_commas(list_form(gold)):  # several values: "1, 2 and 3", "1; 2", "(2, 2) \quad\text{and}\quad (6, 2)"
+        answer = list_form(answer)
     if _BARE_NUMBER.fullmatch(answer) and "_" not in gold:
         return answer  # the common case, and nothing below could refuse it
     answer = mixed_numbers(answer)
@@ -116,6 +125,45 @@ def answer_form(answer: str, gold: str, problem: str | None = None) -> str | Non
     if not words_allowed(answer, gold, problem):
         return None
     return answer
+
+
+_NOT_EQUAL = re.compile(r"!=|≠|\\ne(?![a-zA-Z])")
+_LIST_JOINER = re.compile(
+    r"\s*(?:,|;)?\s*(?:\\q?quad\s*)*(?:\\text\s*\{\s*(?:,\s*)?and\s*\}|(?<![A-Za-z\\])and(?![A-Za-z]))(?:\s*\\q?quad)*\s*"
+    r"|\s*;\s*"
+)
+
+
+def unify_relations(text: str) -> str:
+    """`!=`, `≠` and `\\ne` are all `\\neq`."""
+    return _NOT_EQUAL.sub(r"\\neq ", text) if ("!" in text or "≠" in text or "\\ne" in text) else text
+
+
+def list_form(text: str) -> str:
+    """A list written with "and", `\\text{ and }` or ";" between its values, as a comma-separated list (at the top
+    level only: a `;` inside brackets separates matrix rows or coordinates); `$` between the values dropped."""
+    if not re.search(r"and|;", text) or "\\begin" in text:
+        return text
+    text = re.sub(r"(?<!\\)\$", " ", text)
+    depth, out, position = 0, [], 0
+    for match in _LIST_JOINER.finditer(text):
+        prefix = text[position : match.start()]
+        depth += sum(prefix.count(c) for c in "([{") - sum(prefix.count(c) for c in ")]}")
+        out.append(prefix + (", " if depth == 0 else match.group()))
+        position = match.end()
+    return ("".join(out) + text[position:]).strip()
+
+
+def expand_plus_minus(gold: str) -> str | None:
+    """`a \\pm b` as the list `a+b, a-b` (and `\\pm b` as `b, -b`): what an answer giving both values lists;
+    None when the gold has no single top-level `\\pm`."""
+    parts = gold.split("\\pm")
+    if len(parts) != 2 or not parts[1].strip():
+        return None
+    head, tail = parts[0].strip(), parts[1].strip()
+    if head:
+        return f"{head}+{tail}, {head}-{tail}"
+    return f"{tail}, -{tail}"
 
 
 def words_allowed(answer: str, gold: str, problem: str | None = None) -> bool:
@@ -179,9 +227,12 @@ def too_costly(text: str) -> bool:
 
 
 def strip_delimiters(text: str) -> str:
-    """The answer without math delimiters, markdown emphasis, `\\displaystyle` and a final full stop."""
+    """The answer without math delimiters, markdown emphasis, `\\displaystyle`, quotes around it and a final full
+    stop."""
     text = re.sub(r"\\\(|\\\)|\\\[|\\\]|(?<!\\)\$|\*\*|__|\\displaystyle", " ", text)
-    return text.strip().rstrip(".,;:").strip()
+    text = text.strip().rstrip(".,;:").strip()
+    quoted = re.fullmatch(r"(?:\\?\"|“|``)\s*(.*?)\s*(?:\\?\"|”|'')", text, re.DOTALL)
+    return quoted.group(1).rstrip(".,;:").strip() if quoted else text  # 'The final answer is \"12 and 13\".'
 
 
 def _without_relation(answer: str, gold: str) -> str | None:
@@ -283,7 +334,7 @@ def join_thousands(text: str, commas: bool = True) -> str:
         number = match.group()
         if not commas and "," in number.replace("{,}", ""):
             return number
-        groups = re.split(rf"(?:{_SPACING}+|\{{,\}}|,)", number)
+        groups = re.split(_GROUP_SEPARATOR, number)
         return "".join(groups) if all(len(group) == 3 for group in groups[1:]) else number
 
     return _THOUSANDS.sub(join, text)

@@ -88,6 +88,7 @@ _NEGATION = re.compile(r"(?:not|never|no|none|neither|nothing|anything\s+but|n['
 # An answer word with a phrase after it ("the answer of 63", "the result of step 2 is 18") commits the clause's
 # one value, never the first number of the phrase.
 _PREPOSITION = re.compile(r"(?:of|for|in|on|from|with|to|by)\b", re.IGNORECASE)
+_INLINE_OVER_LINES = re.compile(r"(?:\$(?!\$)[^$\n]*|\\\((?:[^\\\n]|\\(?!\)))*)\n")
 _HEADING_TAIL = re.compile(r"[*_:：#\]\) \t]*(?:\n|$)")
 _CLAUSE_END = re.compile(r"[.!?;。！？；](?=\s|$)|\n|$")
 _SENTENCE_VALUE = re.compile(
@@ -202,8 +203,9 @@ def read_commitments(
     boxed = [event[3] for event in commitments if event[2] == "box"]
     if gold_values > 1 and len(boxed) > 1 and commitments[-1][2] == "box" and len(set(boxed)) == len(boxed):
         return Commitments(", ".join(boxed), ())  # several boxes that together give a several-valued gold
-    last_box = boxed[-1].strip() if boxed else ""
-    distinct = tuple(dict.fromkeys(value for value in boxed if value.strip() != last_box))  # boxes must agree
+    if commitments[-1][2] != "box":
+        return Commitments(answer, ())  # a commitment after the boxes is the answer: they were steps to it
+    distinct = tuple(dict.fromkeys(value for value in boxed if value.strip() != answer.strip()))  # boxes agree
     return Commitments(answer, distinct[:MAX_COMMITMENTS], too_many=len(distinct) > MAX_COMMITMENTS)
 
 
@@ -284,6 +286,8 @@ def _direct_value(section: str, start: int, stop: int, gold_words: set, link: bo
     end_of_clause = clause_end.start() if clause_end else stop
     if section[end_of_clause : end_of_clause + 1] == "?":
         return None  # "Is the answer 20?" asks, it does not commit
+    if _INLINE_OVER_LINES.match(section, start):
+        return None  # inline math does not cross a line break (block math, `\\[ ... \\]`, may)
     preposition = _PREPOSITION.match(section, start)
     value = None if preposition else _expression(section, start, stop, gold_words)
     if value is not None:
@@ -327,6 +331,8 @@ def _sentence_value(section: str, start: int, end: int) -> tuple[str, int] | Non
             inner = text.strip("$")
             if text.startswith("\\("):
                 inner = text[2:-2]
+            if re.fullmatch(r"\s*[A-Za-z]\s*", inner):
+                continue  # "the largest $n$ is 34": a variable named, not a value
             if _RELATION_IN_MATH.search(inner):
                 return None  # a relation in the clause states several values
             text = inner

@@ -21,8 +21,17 @@ from functools import lru_cache
 from typing import Any
 
 from ..text import column, completion_text
-from .answer import answer_form, count_commas, has_decimal, mixed_numbers, plain_number
-from .contract import boxed_contents, read_commitments
+from .answer import (
+    answer_form,
+    count_commas,
+    expand_plus_minus,
+    has_decimal,
+    list_form,
+    mixed_numbers,
+    plain_number,
+    unify_relations,
+)
+from .contract import boxed_contents, outer_boxes, read_commitments
 from .echo import is_echo, squash
 from .golds import gold_column, note_unreadable_gold, says_math
 from .lenient import (
@@ -137,6 +146,7 @@ def _math_gold_answer(solution: Any, answer: Any) -> tuple[str, bool] | None:
             note_unreadable_gold(gold_column(solution, answer))
         return None
     text = gold[0] if gold[1] else _solution_answer(gold[0])
+    text = list_form(unify_relations(text))
     if not says_math(text):
         note_unreadable_gold(gold[0])
         return None
@@ -147,6 +157,8 @@ def _math_gold_answer(solution: Any, answer: Any) -> tuple[str, bool] | None:
 def _solution_answer(solution: str) -> str:
     """A worked solution's answer: its last box, else its committed answer, else the whole text."""
     boxes = boxed_contents(solution)
+    if len(set(boxes)) > 1 and _one_list(solution):
+        return ", ".join(boxes)  # "\\boxed{1} and \\boxed{-2}": several boxes that give several values
     if boxes:
         return boxes[-1]
     found = read_commitments(solution)
@@ -216,6 +228,25 @@ def _prompt_text(prompt: Any) -> str | None:
     return None
 
 
+def _one_list(solution: str) -> bool:
+    """Whether the boxes of a solution stand in one list: a short gap with a list word (`,`, `;`, "and"), no "or" (that
+    offers the same value another way, `\\boxed{15\\frac{39}{40}}, or \\boxed{\\frac{639}{40}}`) and no sentence end."""
+    spans = outer_boxes(solution, most=None)
+    gaps = [
+        re.sub(r"\\(?:boxed|fbox)\s*\{$", "", solution[end + 1 : start])
+        for (_, end), (start, _) in zip(spans, spans[1:])
+    ]
+    return all(len(gap) < 40 and re.fullmatch(r"[^.!?]*(?:[,;]|\band\b)[^.!?]*|[\s$]*", gap)
+               and not re.search(r"\bor\b", gap) for gap in gaps)  # fmt: skip
+
+
+def _gold_for(answer: str, gold: str) -> str:
+    """The gold an answer is compared with: a `\\pm` gold is its two values where the answer lists values."""
+    if "\\pm" in gold and count_commas(answer) and not count_commas(gold):
+        return expand_plus_minus(gold) or gold
+    return gold
+
+
 def _committed_answers(
     text: str, gold_answer: str, problem: str | None, delimiters: tuple[str, ...] | None = None
 ) -> list[str] | float:
@@ -226,7 +257,7 @@ def _committed_answers(
         return 0.0
     forms = []
     for answer in (found.answer, *found.others):
-        form = answer_form(answer, gold_answer, problem)
+        form = answer_form(answer, _gold_for(answer, gold_answer), problem)
         if form is None or is_echo(form, gold_answer, problem):
             return 0.0
         forms.append(form)
@@ -235,7 +266,7 @@ def _committed_answers(
 
 def _math_request(gold: tuple[str, bool], answer: str, problem: str | None) -> float | tuple:
     """A verdict in this process when one is certain, else the arguments for `verify_final_answer`."""
-    gold_answer = gold[0]
+    gold_answer = _gold_for(answer, gold[0])
     if squash(answer) == squash(gold_answer):
         return 1.0
     letter = _CHOICE.fullmatch(squash(gold_answer))
