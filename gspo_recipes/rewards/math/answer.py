@@ -33,6 +33,11 @@ UNIT_WORDS = frozenset(
     s sec second seconds min mins minute minutes h hr hrs hour hours day days week weeks month months year years per
     """.split()
 )
+# Units that change the value of a number read in the problem's own unit (50 cents is not 50 dollars, 30 minutes
+# of arc not 30 degrees): dropped only where the problem or the gold names them.
+CONVERTING_UNITS = frozenset(
+    "cent cents percent percentage min mins minute minutes arcminute arcminutes second seconds sec arcsecond".split()
+)
 # Words that change or qualify a value: never dropped, even where the problem uses them.
 NUMBER_WORDS = {
     word: value
@@ -90,8 +95,10 @@ _HUGE = re.compile(
 def answer_form(answer: str, gold: str, problem: str | None = None) -> str | None:
     """The answer as the graders should compare it, or None when what it says is more than one value, or other
     than one (see the module docstring). `variable = value` becomes the value."""
-    answer = unify_relations(strip_delimiters(answer))
+    answer = unify_relations(read_through(strip_delimiters(answer), gold))
     gold = unify_relations(gold)
+    if _PRIME.search(answer) and not _PRIME.search(gold):
+        return None  # 30' is thirty minutes of arc, not 30 degrees
     if count_commas(list_form(gold)):  # several values: "1, 2 and 3", "1; 2", "(2, 2) \quad\text{and}\quad (6, 2)"
         answer = list_form(answer)
     if _BARE_NUMBER.fullmatch(answer) and "_" not in gold:
@@ -132,6 +139,46 @@ _LIST_JOINER = re.compile(
     r"\s*(?:,|;)?\s*(?:\\q?quad\s*)*(?:\\text\s*\{\s*(?:,\s*)?and\s*\}|(?<![A-Za-z\\])and(?![A-Za-z]))(?:\s*\\q?quad)*\s*"
     r"|\s*;\s*"
 )
+
+
+_UNICODE = {"≤": "\\le ", "≥": "\\ge ", "∞": "\\infty ", "≠": "\\neq ", "−": "-", "×": "\\times ", "·": "\\cdot ",
+            "÷": "\\div ", "π": "\\pi ", "∪": "\\cup ", "∩": "\\cap ", "¢": "\\text{ cents}", "\u2009": " ",
+            "\u202f": " ", "\u00a0": " "}  # fmt: skip
+_UNICODE_PATTERN = re.compile("|".join(map(re.escape, _UNICODE)))
+_ARTICLE_IN_TEXT = re.compile(r"(\\text\s*\{)\s*(?:the|an?)\s+", re.IGNORECASE)
+_RATE = re.compile(r"/\s*(?:\\(?:text|mathrm)\s*\{\s*([A-Za-z]+)\s*\}|([A-Za-z]{2,})\b)")
+_PRIME = re.compile(r"\d\s*(?:'|′|\^\s*\{?\s*\\prime)")
+_SET_BUILDER = re.compile(
+    r"\s*\\\{\s*([A-Za-z])\s*(?:\\in\s*\\mathbb\s*\{?R\}?\s*)?(?:\\mid|\||:)\s*(.+?)\s*\\\}\s*", re.DOTALL
+)
+_OR = re.compile(r"\s*(?:\\text\s*\{\s*or\s*\}|\bor\b|\\lor|\\vee|\\cup)\s*")
+
+
+def read_through(answer: str, gold: str) -> str:
+    """The answer with what only dresses it read through: unicode symbols as LaTeX (`≤`, `∞`, thin spaces, `¢`
+    as cents), an article in `\\text{}` ("the east"), a rate's `/day` (as "per day"); and, where the gold is an
+    interval or a union, set-builder notation and inequalities joined by "or" as the intervals they are."""
+    if any(char in answer for char in _UNICODE):
+        answer = _UNICODE_PATTERN.sub(lambda match: _UNICODE[match.group()], answer)
+    if "\\text" in answer and not _ARTICLE_IN_TEXT.search(gold):
+        answer = _ARTICLE_IN_TEXT.sub(r"\1", answer)
+    if "/" in answer:
+        answer = _RATE.sub(lambda match: _per_unit(match), answer)
+    if _looks_like_interval(gold):
+        builder = _SET_BUILDER.fullmatch(answer)
+        if builder:
+            answer = builder.group(2)
+        parts = _OR.split(answer)
+        if len(parts) > 1 and "\\cup" in gold:
+            intervals = [inequality_as_interval(part) for part in parts]
+            if all(intervals):
+                answer = " \\cup ".join(intervals)
+    return answer
+
+
+def _per_unit(match: re.Match) -> str:
+    unit = match.group(1) or match.group(2)
+    return f" \\text{{ per {unit}}}" if unit.lower() in UNIT_WORDS else match.group()
 
 
 def unify_relations(text: str) -> str:
@@ -193,6 +240,8 @@ def droppable(word: str, gold_words: set, problem_words: set) -> bool:
         return True
     if word in VALUE_WORDS or word in NUMBER_WORDS or word in MULTIPLIERS:
         return False
+    if word in CONVERTING_UNITS:  # cents are not dollars, nor minutes degrees: only where the problem counts them
+        return word in problem_words or word.rstrip("s") in problem_words or word + "s" in problem_words
     return word in UNIT_WORDS or word in problem_words
 
 
