@@ -86,6 +86,18 @@ HONEST += [
     "The answer is 17 so \\boxed{18}",
     "\\boxed{20}. EDIT: 18",
     "\\boxed{20}\nCorrection: the answer is 18.",
+    "\\boxed{18}\n\nLet's check our answer: 9 \\times 2 = 18.",
+    "\\boxed{18}. Wait, let me check: 9 × 2 = 18. Yes.",
+    "Is the answer 20? \\boxed{18}",
+    "<think>hm</think><answer>18</answer>",
+    "<think>hm</think>\n<answer>\nJanet makes 18 dollars a day.\n</answer>",
+    "Answer: Janet makes 18 dollars a day.",
+    "\\boxed{20}. Actually, it's 18.",
+    "Die Antwort ist 18.",
+    "答案是18",
+    "```\n\\boxed{20}\n```\nThe answer is \\boxed{18}.",
+    "`` a ` \\boxed{20} `` \\boxed{18}",
+    "Answer \\[ \n 18 \n \\]",  # block math may cross line breaks
 ]
 WRONG = [
     "The answer is not $18$.",
@@ -198,6 +210,10 @@ WRONG = [
     "\\boxed{18}. Korrektur: 20",
     "Answer: Janet makes 18 dollars on Monday and 20 on Tuesday.",
     "Answer: In 3 days she earns 54 dollars.",
+    "Answer: In 3 days she earns 18 dollars.",  # two values in the clause: no commitment
+    "the result of step 2 is 18",
+    "Answer $\n18\n$",  # inline math does not cross a line break
+    "\\boxed{20} ` \\boxed{18}",  # a lone backtick is text: both boxes are read, and disagree
 ]
 
 

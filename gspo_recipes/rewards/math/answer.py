@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 from fractions import Fraction
+from functools import lru_cache
 
 MAX_DIGITS = 100  # longer "numbers" are never a dataset's answer, and Fraction() on them is wasted work
 MAX_ANSWER_CHARS = 1000  # no dataset's answer is a kilobyte of LaTeX: not worth a worker's time
@@ -95,14 +96,15 @@ _HUGE = re.compile(
 def answer_form(answer: str, gold: str, problem: str | None = None) -> str | None:
     """The answer as the graders should compare it, or None when what it says is more than one value, or other
     than one (see the module docstring). `variable = value` becomes the value."""
-    answer = unify_relations(read_through(strip_delimiters(answer), gold))
+    answer = strip_delimiters(answer)
+    if _BARE_NUMBER.fullmatch(answer) and "_" not in gold:
+        return answer  # the common case, and nothing below could refuse it
+    answer = unify_relations(read_through(answer, gold))
     gold = unify_relations(gold)
     if _PRIME.search(answer) and not _PRIME.search(gold):
         return None  # 30' is thirty minutes of arc, not 30 degrees
-    if count_commas(list_form(gold)):  # several values: "1, 2 and 3", "1; 2", "(2, 2) \quad\text{and}\quad (6, 2)"
+    if _several_values(gold):  # "1, 2 and 3", "1; 2", "(2, 2) \quad\text{and}\quad (6, 2)"
         answer = list_form(answer)
-    if _BARE_NUMBER.fullmatch(answer) and "_" not in gold:
-        return answer  # the common case, and nothing below could refuse it
     answer = mixed_numbers(answer)
     one_value = count_commas(join_thousands(gold)) == 0 and not _RELATION.search(gold)  # an inequality is a range
     answer = join_thousands(answer, commas=one_value)
@@ -275,12 +277,21 @@ def too_costly(text: str) -> bool:
     return _HUGE.search(text) is not None or re.search(rf"\d{{{MAX_DIGITS + 1}}}", text) is not None
 
 
+@lru_cache(maxsize=4096)
+def _several_values(gold: str) -> bool:
+    return count_commas(list_form(gold)) > 0
+
+
+_DELIMITERS = re.compile(r"\\\(|\\\)|\\\[|\\\]|(?<!\\)\$|\*\*|__|\\displaystyle")
+_QUOTED = re.compile(r"(?:\\?\"|“|``)\s*(.*?)\s*(?:\\?\"|”|'')", re.DOTALL)
+
+
 def strip_delimiters(text: str) -> str:
     """The answer without math delimiters, markdown emphasis, `\\displaystyle`, quotes around it and a final full
     stop."""
-    text = re.sub(r"\\\(|\\\)|\\\[|\\\]|(?<!\\)\$|\*\*|__|\\displaystyle", " ", text)
+    text = _DELIMITERS.sub(" ", text)
     text = text.strip().rstrip(".,;:").strip()
-    quoted = re.fullmatch(r"(?:\\?\"|“|``)\s*(.*?)\s*(?:\\?\"|”|'')", text, re.DOTALL)
+    quoted = _QUOTED.fullmatch(text) if text[:1] in '\\"“`' else None
     return quoted.group(1).rstrip(".,;:").strip() if quoted else text  # 'The final answer is \"12 and 13\".'
 
 

@@ -61,14 +61,32 @@ _MARKER = re.compile(
     r"|(?P<line_a>^[ \t]*A[ \t]*[:：])",
     re.IGNORECASE | re.MULTILINE,
 )
-# Idioms in which an answer word commits nothing: "as a result", "results in", "this solution's method".
-_IDIOM_BEFORE = re.compile(r"(?:\bas\s+an?|\bin)\s*$", re.IGNORECASE)
-# An answer word that is being checked is the earlier commitment talked about, not a new one.
-_CHECKED = re.compile(
-    r"(?:check|checking|verify|verifying|confirm|confirming|test|testing|validate|double[- ]check|plug|plugging|"
-    r"substitute|substituting|compare|comparing|interpret)\w*\s+(?:(?:our|my|the|this|that|your)\s+)?(?:final\s+)?$",
-    re.IGNORECASE,
+# An answer word that is being checked ("check our answer") is the earlier commitment talked about, not a new one;
+# in an idiom ("as a result", "results in") it commits nothing. Read from the last words before it.
+_CHECK_VERBS = (
+    "check",
+    "verif",
+    "confirm",
+    "test",
+    "validat",
+    "double-check",
+    "plug",
+    "substitut",
+    "compar",
+    "interpret",
 )
+_DETERMINERS = frozenset("our my the this that your final".split())
+
+
+def _talked_about(head: str) -> bool:
+    words = head.lower().split()[-4:]
+    if words[-1:] == ["in"] or words[-2:] in (["as", "a"], ["as", "an"]):
+        return True
+    while words and words[-1] in _DETERMINERS:
+        words.pop()
+    return bool(words) and words[-1].startswith(_CHECK_VERBS)
+
+
 _CLAUSE_START = set(".!?;:,\n*(\"'—–-[>#。！？；：，")
 # What may stand between an answer word and its value: markup, punctuation, arrows and link verbs.
 _LINK_SYMBOL = re.compile(
@@ -90,7 +108,8 @@ _NEGATION = re.compile(r"(?:not|never|no|none|neither|nothing|anything\s+but|n['
 _PREPOSITION = re.compile(r"(?:of|for|in|on|from|with|to|by)\b", re.IGNORECASE)
 _INLINE_OVER_LINES = re.compile(r"(?:\$(?!\$)[^$\n]*|\\\((?:[^\\\n]|\\(?!\)))*)\n")
 _HEADING_TAIL = re.compile(r"[*_:：#\]\) \t]*(?:\n|$)")
-_CLAUSE_END = re.compile(r"[.!?;。！？；](?=\s|$)|\n|$")
+_BLOCK_OPEN = re.compile(r"\\\[|\$\$|\\begin")
+_CLAUSE_MARK = re.compile(r"[.!?;。！？；\n]")
 _SENTENCE_VALUE = re.compile(
     r"(?P<box>\\(?:boxed|fbox)\s*\{)"
     r"|(?P<math>\$\$[^$]{1,400}?\$\$|\$(?![\d,.]+\s+[A-Za-z]{2})[^$\n]{1,400}?\$|\\\((?:[^\\]|\\(?!\)))*?\\\))"
@@ -173,7 +192,8 @@ def read_commitments(
     section = final_section(text, delimiters)
     if section is None:
         return None
-    section = _ANSWER_TAG.sub(lambda tag: "\n" if "/" in tag.group() else "\nAnswer: ", section)
+    if "<" in section:
+        section = _ANSWER_TAG.sub(lambda tag: "\n" if "/" in tag.group() else "\nAnswer: ", section)
     boxes = outer_boxes(section)
     inside_box = _membership(boxes or [])
     markers = []
@@ -212,12 +232,11 @@ def read_commitments(
 # The marker words in lower case, each the start of a match of `_MARKER`: `str.find` finds them in C at a fraction of
 # the cost of a case-insensitive alternation tried at every position.
 _MARKER_STARTS = (
-    "####", "ans", "result", "solution", "final", "edit", "correct", "actually", "no wait", "no, wait", "wait",
-    "i mean", "oops", "scratch",
-    "on second", "korrektur", "berichtigung", "en fait", "en realidad", "antwort", "ergebnis", "lösung", "losung",
-    "endergebnis", "réponse", "reponse", "résultat", "resultat", "respuesta", "resultado", "soluci", "答", "结果",
-    "最终", "更正", "修正", "等等",
+    "####", "ans", "result", "solu", "final", "edit", "correct", "actually", "no wait", "no, wait", "wait", "i mean",
+    "oops", "scratch", "on second", "korrektur", "berichtigung", "en fait", "en realidad", "antwort", "ergebnis",
+    "losung", "endergebnis", "reponse", "respuesta",
 )  # fmt: skip
+_NON_ASCII_STARTS = ("lösung", "réponse", "résultat", "答", "结果", "最终", "更正", "修正", "等等")
 _LINE_A = re.compile(r"^[ \t]*A[ \t]*[:：]", re.MULTILINE)
 
 
@@ -228,7 +247,7 @@ def _markers(section: str):
         yield from _MARKER.finditer(section)
         return
     starts = {match.start() for match in _LINE_A.finditer(section)}
-    for word in _MARKER_STARTS:
+    for word in _MARKER_STARTS if lower.isascii() else _MARKER_STARTS + _NON_ASCII_STARTS:
         position = lower.find(word)
         while position >= 0:
             starts.add(position)
@@ -279,7 +298,7 @@ def _marker_events(section: str, markers: list[re.Match], gold_words: set) -> li
             if value is not None:
                 events.append((marker.start() + 1, value[1], "marker", value[0]))
             continue
-        if kind == "answer" and (_IDIOM_BEFORE.search(head) or _CHECKED.search(head)):
+        if kind == "answer" and _talked_about(head):
             continue
         at_line_start = head.strip(" \t#*_>[").lower() in ("", "final", "the final", "our final")
         value = _marker_value(section, marker, stop, gold_words, at_line_start)
@@ -306,7 +325,7 @@ def _marker_value(section: str, marker: re.Match, stop: int, gold_words: set, at
         start = heading.end()  # "## Answer\n10", "**Final Answer**\n\n20": the value is on the next line
         while start < stop and section[start] in " \t\n":
             start += 1
-        return _direct_value(section, start, stop, gold_words, link=False)
+        return _direct_value(section, start, stop, gold_words, link=False, sentence=True)
     return _direct_value(section, start, stop, gold_words, sentence=True)
 
 
@@ -319,8 +338,7 @@ def _direct_value(section: str, start: int, stop: int, gold_words: set, link: bo
             return None
     if _NEGATION.match(section, start):
         return None
-    clause_end = _CLAUSE_END.search(section, start, stop)
-    end_of_clause = clause_end.start() if clause_end else stop
+    end_of_clause = _clause_end(section, start, stop)
     if section[end_of_clause : end_of_clause + 1] == "?":
         return None  # "Is the answer 20?" asks, it does not commit
     if _INLINE_OVER_LINES.match(section, start):
@@ -332,6 +350,15 @@ def _direct_value(section: str, start: int, stop: int, gold_words: set, link: bo
     if not sentence or _BOX.search(section, start, end_of_clause):
         return None
     return _sentence_value(section, start, end_of_clause)
+
+
+def _clause_end(section: str, start: int, stop: int) -> int:
+    """Where the clause that starts at `start` ends: a line break, or `.`, `!`, `?`, `;` before a space or the end."""
+    for mark in _CLAUSE_MARK.finditer(section, start, stop):
+        after = mark.end()
+        if mark.group() == "\n" or after == len(section) or section[after].isspace():
+            return mark.start()
+    return stop
 
 
 def _past_link(section: str, position: int, stop: int) -> int | None:
@@ -428,6 +455,9 @@ def _membership(spans: list[tuple[int, int]]):
 def _expression(text: str, start: int, stop: int, gold_words: set) -> tuple[str, int] | None:
     """(The math that starts at `start`, where it ends) (see the module docstring); None when no expression starts
     there."""
+    line_end = text.find("\n", start, stop)  # only block math crosses a line break: tokenize no further
+    if line_end >= 0 and not _BLOCK_OPEN.search(text, start, line_end):
+        stop = line_end + 1
     tokens = [(m.lastgroup, m.group(), m.start(), m.end()) for m in _TOKEN.finditer(text, start, stop)]
     begin = end = None
     alternative = False  # after "or", the rest of the clause is the alternative
