@@ -168,6 +168,7 @@ class GSPOTrainer(GRPOTrainer):
         return output
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        take_unreadable_golds()  # only this batch's rows count: forget what rewards called elsewhere noted
         rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         self.group_health.capture(rewards)  # every process's rows: the signal reward of each group
         rows, examples = take_unreadable_golds()  # the math rewards' None rows, said in the diagnostics file
