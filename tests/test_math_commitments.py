@@ -80,6 +80,24 @@ HONEST += [
     "\\boxed{18}\n\nThe answer is $\\boxed{18}$ dollars.",
     "Final Answer: $\\boxed{18}$",
     "The answer is 18.\n\n**Note**: the answer is not 20.",
+    # Issue 38: the last commitment is the answer, and a correction word starts a new one.
+    "The answer is 20, no wait: \\boxed{18}",
+    "The answer is \\boxed{20}. Actually \\boxed{18}.",
+    "The answer is 17 so \\boxed{18}",
+    "\\boxed{20}. EDIT: 18",
+    "\\boxed{20}\nCorrection: the answer is 18.",
+    "\\boxed{18}\n\nLet's check our answer: 9 \\times 2 = 18.",
+    "\\boxed{18}. Wait, let me check: 9 × 2 = 18. Yes.",
+    "Is the answer 20? \\boxed{18}",
+    "<think>hm</think><answer>18</answer>",
+    "<think>hm</think>\n<answer>\nJanet makes 18 dollars a day.\n</answer>",
+    "Answer: Janet makes 18 dollars a day.",
+    "\\boxed{20}. Actually, it's 18.",
+    "Die Antwort ist 18.",
+    "答案是18",
+    "```\n\\boxed{20}\n```\nThe answer is \\boxed{18}.",
+    "`` a ` \\boxed{20} `` \\boxed{18}",
+    "Answer \\[ \n 18 \n \\]",  # block math may cross line breaks
 ]
 WRONG = [
     "The answer is not $18$.",
@@ -99,8 +117,6 @@ WRONG = [
     "\\boxed{18}\nANSWER: 20",
     "\\boxed{18}\n### Final Answer\n20",
     "#### 18\nThe answer is 20",
-    "The answer is 20, no wait: \\boxed{18}",
-    "The answer is \\boxed{20}. Actually \\boxed{18}.",
     "\\boxed{20 ∨ 18}",
     "\\boxed{20 \\lor 18}",
     "\\boxed{20 \\vee 18}",
@@ -151,7 +167,6 @@ WRONG = [
     "<think>The answer is \\boxed{18}.</think>",
     "<think>The answer is \\boxed{18}.",
     "The answer is 20 or \\boxed{18}",
-    "The answer is 17 so \\boxed{18}",
     "\\boxed{18}\n\n**Answer:** 20",
     "The answer is $\\boxed{18}$ or $\\boxed{20}$",
     "Answer: 18\nAnswer: 20",
@@ -170,6 +185,35 @@ WRONG = [
     "The answer is 18; the answer is 19.",
     "Answer: 18, 19, 20",
     "Final answer — 17",
+    # Issue 38: a commitment after the box is read, in any of its forms; corrections commit.
+    "\\boxed{18}. The answer should be 20.",
+    "\\boxed{18}. The answer would be 20.",
+    "\\boxed{18}. The answer equals 20.",
+    "\\boxed{18}. The answer becomes 20.",
+    "\\boxed{18}\n**Answer.** 20",
+    "\\boxed{18}\nAnswer → 20",
+    "\\boxed{18}\n[Answer] 20",
+    "\\boxed{18}\nAns. 20",
+    "\\boxed{18}\n<answer>20</answer>",
+    "\\boxed{18}\nThe result is 20.",
+    "\\boxed{18}\nFinal result: 20",
+    "\\boxed{18}\nDie Antwort ist 20.",
+    "\\boxed{18}\nLa réponse est 20.",
+    "\\boxed{18}\nLa respuesta es 20.",
+    "\\boxed{18}\n答案是20",
+    "\\boxed{18}. EDIT: 20",
+    "\\boxed{18}. Correction: 20",
+    "\\boxed{18}. Actually 20.",
+    "\\boxed{18}. Actually, it's 20.",
+    "\\boxed{18} no wait, 20",
+    "\\boxed{18}. I mean 20.",
+    "\\boxed{18}. Korrektur: 20",
+    "Answer: Janet makes 18 dollars on Monday and 20 on Tuesday.",
+    "Answer: In 3 days she earns 54 dollars.",
+    "Answer: In 3 days she earns 18 dollars.",  # two values in the clause: no commitment
+    "the result of step 2 is 18",
+    "Answer $\n18\n$",  # inline math does not cross a line break
+    "\\boxed{20} ` \\boxed{18}",  # a lone backtick is text: both boxes are read, and disagree
 ]
 
 

@@ -73,7 +73,7 @@ FAMILIES = {
         *both("\\boxed{18} \\boxed{20}", 0.0),
         *both("<think>It is \\boxed{18}.</think> The answer is 20.", 0.0),
         *both("#### 18\nThe answer is 20", 0.0),
-        *both("The answer is 20.\n#### 18", 0.0),
+        *both("The answer is 20.\n#### 18", 1.0),  # the last commitment is the answer
         *both("Final answer: 18, 20", 0.0),
         *both("Final answer: 9, 18", 0.0),
         *both("The answer is 18 or 20", 0.0),
@@ -93,7 +93,8 @@ FAMILIES = {
         *both("\\boxed{18; 20}", 0.0),
         *both("\\boxed{18 \\text{ and } 20}", 0.0),
         *both("\\boxed{\\{18, 20\\}}", 0.0),
-        *both("The answer is 17, no wait: \\boxed{18}", 0.0),
+        *both("The answer is 17, no wait: \\boxed{18}", 1.0),  # a correction starts a new commitment
+        *both("The answer is 18, no wait: \\boxed{17}", 0.0),
         *both("\\boxed{18}. The answer is 18.", 1.0),
         *both("#### 18\nThe answer is 18.", 1.0),
         *both("<think>maybe 20? or 17, wait</think>The answer is \\boxed{18}.", 1.0),
@@ -103,10 +104,10 @@ FAMILIES = {
         mth("\\boxed{18 \\text{ or } 20}", 1.0, gold="18 \\text{ or } 20"),
         mth("\\boxed{\\pm 3}", 1.0, gold="\\pm 3"),
     ],
-    # 2b. Prose outside the committed answer never changes the verdict: only another commitment that disagrees does.
+    # 2b. Prose outside the committed answer never changes the verdict; a correction word with a value is a commitment.
     "prose_outside": [
         *both("\\boxed{18}. Hmm, or maybe 20.", 1.0),
-        *both("\\boxed{18}. Wait, actually it is 20.", 1.0),
+        *both("\\boxed{18}. Wait, actually it is 20.", 0.0),  # corrections commit (issue 38)
         *both("\\boxed{18}? Not sure.", 1.0),
         *both("\\boxed{18}. Actually, no.", 1.0),
         *both("\\boxed{18}. Alternatively it could be 20.", 1.0),
@@ -114,9 +115,12 @@ FAMILIES = {
         *both("Maybe \\boxed{18}", 1.0),
         *both("Probably, the final answer is: 18", 1.0),
         *both("The answer is unclear. \\boxed{18}", 1.0),
-        *both("\\boxed{18}. Correction: 20.", 1.0),
-        *both("\\boxed{18}. Oops, typo, I meant 20.", 1.0),
-        *both("\\boxed{18}. On second thought, 20.", 1.0),
+        *both("\\boxed{18}. Correction: 20.", 0.0),
+        *both("\\boxed{18}. Oops, typo, I meant 20.", 0.0),
+        *both("\\boxed{18}. On second thought, 20.", 0.0),
+        *both("\\boxed{20}. Correction: 18.", 1.0),
+        *both("\\boxed{20}. Oops, typo, I meant 18.", 1.0),
+        *both("\\boxed{20}. On second thought, 18.", 1.0),
     ],
     # 3. A copy of the problem statement is not the task done.
     "echoes": [

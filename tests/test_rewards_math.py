@@ -53,10 +53,10 @@ def test_gsm8k_thousands_separators_and_negative_numbers():
 def test_gsm8k_anchored_answer_beats_later_numbers():
     # "The answer is 18" is the answer even though a stray number follows it.
     assert gsm8k_accuracy(["The answer is 18. (I checked it 2 times.)"], answer=[GSM8K_GOLD]) == [1.0]
-    # The final-answer contract changed these: two final answers that disagree pay nothing (the lenient reading
-    # let the box win), and neither does the last number of a text that commits to no answer.
+    # The last commitment is the answer, and a correction starts a new one (issue 38); the last number of a text
+    # that commits to no answer pays nothing under the contract.
     retracted, uncommitted = "The answer is 17, no wait: \\boxed{18}", "First 3 + 5 = 8, then 8 + 10 = 18"
-    assert gsm8k_accuracy([retracted, uncommitted], answer=[GSM8K_GOLD] * 2) == [0.0, 0.0]
+    assert gsm8k_accuracy([retracted, uncommitted], answer=[GSM8K_GOLD] * 2) == [1.0, 0.0]
     assert gsm8k_accuracy([retracted, uncommitted], answer=[GSM8K_GOLD] * 2, contract=False) == [1.0, 1.0]
 
 

@@ -14,7 +14,7 @@ DEFAULT_SOFT_PUNISH_CACHE = 128
 
 
 def soft_overlong_punishment(
-    completions: list,
+    completions: list | None = None,
     completion_ids: list | None = None,
     *,
     max_completion_len: int = DEFAULT_MAX_COMPLETION_LEN,
@@ -26,13 +26,23 @@ def soft_overlong_punishment(
 
     Set L_max (`max_completion_len`) to the trainer's `max_completion_length`: use
     `make_soft_overlong_punishment(...)` or registry options, since the registered default assumes 512 and 128.
-    Needs `completion_ids` (TRL passes them); without them every score is None.
+    Needs `completion_ids` (TRL passes them by name); called with the ids alone, positionally, as TRL's own
+    `get_soft_overlong_punishment(...)(completion_ids)` is, it reads them. Without ids every score is None.
     """
+    if completion_ids is None and _are_token_ids(completions):
+        completion_ids = completions  # soft_overlong_punishment(completion_ids), as TRL's tests call its own
     if completion_ids is None:
         warnings.warn("soft_overlong_punishment needs completion_ids; returning None", RuntimeWarning, stacklevel=2)
-        return [None] * len(completions)
+        return [None] * len(completions or [])
     # TRL's implementation of DAPO's formula; ours adds the registry name, options from YAML and None without ids.
     return get_soft_overlong_punishment(max_completion_len, soft_punish_cache)(completion_ids)
+
+
+def _are_token_ids(values: Any) -> bool:
+    """A list of token-id sequences (lists of ints), as opposed to completions (strings or chat messages)."""
+    if not isinstance(values, (list, tuple)) or not values:
+        return False
+    return all(isinstance(ids, (list, tuple)) and all(isinstance(t, int) for t in ids) for ids in values)
 
 
 def make_soft_overlong_punishment(max_completion_len: int, soft_punish_cache: int) -> ConfiguredReward:

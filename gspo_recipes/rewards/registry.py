@@ -75,8 +75,9 @@ class ConfiguredReward:
         self.func, self.options = func, options
         self.__name__ = name or func.__name__
 
-    def __call__(self, completions: list, **kwargs: Any) -> list[float | None]:
-        return self.func(completions, **{**kwargs, **self.options})
+    def __call__(self, *args: Any, **kwargs: Any) -> list[float | None]:
+        # Positional arguments pass through as given: TRL's own tests call a length reward with the ids alone.
+        return self.func(*args, **{**kwargs, **self.options})
 
     def __repr__(self) -> str:
         options = ", ".join(f"{key}={value!r}" for key, value in self.options.items())

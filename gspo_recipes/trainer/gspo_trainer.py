@@ -28,6 +28,9 @@ from trl import GRPOConfig, GRPOTrainer
 from gspo_recipes import _trl
 from gspo_recipes.loss.batch import gspo_batch_loss
 from gspo_recipes.loss.objective import zero_where_masked
+from gspo_recipes.rewards.math.golds import WARNING_KIND as GOLD_WARNING
+from gspo_recipes.rewards.math.golds import take_unreadable_golds, unreadable_gold_message
+from gspo_recipes.runfiles.run_warnings import record_warning
 from gspo_recipes.sampler import SamplerLogprobs
 from gspo_recipes.sampler.sampling_mask import KEPT_IDS_KEY
 from gspo_recipes.stats.calibration import EpsilonCalibration
@@ -181,8 +184,12 @@ class GSPOTrainer(GRPOTrainer):
         return output
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        take_unreadable_golds()  # only this batch's rows count: forget what rewards called elsewhere noted
         rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         self.group_health.capture(rewards)  # every process's rows: the signal reward of each group
+        rows, examples = take_unreadable_golds()  # the math rewards' None rows, said in the diagnostics file
+        if rows:
+            record_warning(self, GOLD_WARNING, unreadable_gold_message(rows, examples))
         return rewards
 
     def _generate(self, prompts):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 from fractions import Fraction
+from functools import lru_cache
 
 MAX_DIGITS = 100  # longer "numbers" are never a dataset's answer, and Fraction() on them is wasted work
 MAX_ANSWER_CHARS = 1000  # no dataset's answer is a kilobyte of LaTeX: not worth a worker's time
@@ -32,6 +33,11 @@ UNIT_WORDS = frozenset(
     l ml liter liters litre litres gallon gallons cup cups quart quarts
     s sec second seconds min mins minute minutes h hr hrs hour hours day days week weeks month months year years per
     """.split()
+)
+# Units that change the value of a number read in the problem's own unit (50 cents is not 50 dollars, 30 minutes
+# of arc not 30 degrees): dropped only where the problem or the gold names them.
+CONVERTING_UNITS = frozenset(
+    "cent cents percent percentage min mins minute minutes arcminute arcminutes second seconds sec arcsecond".split()
 )
 # Words that change or qualify a value: never dropped, even where the problem uses them.
 NUMBER_WORDS = {
@@ -62,14 +68,29 @@ _CONNECTIVE = re.compile(
 _ALLOWED_SYMBOLS = set("−×·÷°π√∞∪∩≤≥′²³½¼¾ ")
 _RELATION = re.compile(r"\\(?:le|leq|ge|geq|lt|gt|leqslant|geqslant)(?![a-zA-Z])|<=|>=|[=<>]")
 _VARIABLE = r"(?:[A-Za-z]|\\[a-zA-Z]+)(?:_\{?[\w\\]+\}?)?(?:\^\{?(?:\*|\\prime)\}?|')?(?:\([^()=]*\))?"
-_ASSIGNMENT = re.compile(rf"\s*({_VARIABLE})\s*=\s*(.+)", re.DOTALL)
+# `x = 5`, and a named tuple `(x, y) = (5, 8)`: the value is the right-hand side.
+_ASSIGNMENT = re.compile(rf"\s*({_VARIABLE}|\(\s*{_VARIABLE}(?:\s*,\s*{_VARIABLE})+\s*\))\s*=\s*(.+)", re.DOTALL)
 _SPACING = r"(?:\s|~|\\[,;:! ]|\\quad|\\qquad|\\enspace|\\thinspace)"
-_THOUSANDS = re.compile(rf"(?<![\d.])\d{{1,3}}(?:(?:{_SPACING}+|\{{,\}}|,)\d{{3}})+(?!\d)")
+_LATEX_SPACE = r"(?:~|\\[,;:! ]|\\quad|\\qquad|\\enspace|\\thinspace)"
+# After a comma only LaTeX spacing may follow (`10,\!080`): "32, 349" is a list of two numbers.
+_GROUP_SEPARATOR = (
+    rf"(?:(?:\{{,\}}|,)(?:{_LATEX_SPACE}\s*)*|{_SPACING}+)"  # `1,000`, `1{,}000`, `10,\!080`, `70 000`, `13\,535`
+)
+_THOUSANDS = re.compile(rf"(?<![\d.])\d{{1,3}}(?:{_GROUP_SEPARATOR}\d{{3}})+(?!\d)")
 _GLUED = re.compile(rf"\d(?:{_SPACING}|\\[$%]|\\text\s*\{{[^{{}}]*\}}|\\mathrm\s*\{{[^{{}}]*\}})+[-−]?\.?\d")
 _QUALIFYING_TILDE = re.compile(r"(?:^|[^\d\s])\s*~\s*[-−]?\.?\d|^\s*~")
 _BASE = re.compile(r"\d\s*_\s*\{?\s*(\w+)")
 _BARE_NUMBER = re.compile(rf"-?\d{{1,{MAX_DIGITS}}}(?:\.\d{{1,{MAX_DIGITS}}})?")
-_HUGE = re.compile(r"\^\s*\{[^{}]*\^|\^\s*\{?\s*\d{4,}|\d{4,}\s*!|\\uparrow|!\s*!|\^\s*\{?\s*\(?\s*\d+\s*!")
+# Big-number work, by what it is applied to: an exponent that is a tower, four digits, a factorial or a product of
+# numbers; a factorial of four digits; a binomial or Gamma of four digits (C(1234567, 123456) and Gamma(12345678)
+# take sympy seconds to minutes in C, where no deadline but a killed worker reaches).
+_HUGE = re.compile(
+    r"\^\s*\{[^{}]*\^|\^\s*\{?\s*\(?\s*\d{4,}|\^\s*\{?\s*\(?\s*\d+\s*!|\\uparrow|!\s*!"
+    r"|\^\s*\{(?=[^{}]*\d\d)[^{}]*(?:\\cdot|\\times|\*|\\ast)[^{}]*\}"
+    r"|\d{4,}\s*\)?\s*!"
+    r"|\\[dt]?binom\s*\{\s*\d{4,}|\\[dt]?binom\s*\{[^{}]*\}\s*\{\s*\d{4,}|\d{4,}\s*\\choose"
+    r"|(?:\\Gamma|\bgamma|\\operatorname\s*\{\s*[Gg]amma\s*\})\s*(?:\\left)?\s*[({]\s*[-+]?\d{4,}"
+)
 
 
 def answer_form(answer: str, gold: str, problem: str | None = None) -> str | None:
@@ -78,6 +99,12 @@ def answer_form(answer: str, gold: str, problem: str | None = None) -> str | Non
     answer = strip_delimiters(answer)
     if _BARE_NUMBER.fullmatch(answer) and "_" not in gold:
         return answer  # the common case, and nothing below could refuse it
+    answer = unify_relations(read_through(answer, gold))
+    gold = unify_relations(gold)
+    if _PRIME.search(answer) and not _PRIME.search(gold):
+        return None  # 30' is thirty minutes of arc, not 30 degrees
+    if _several_values(gold):  # "1, 2 and 3", "1; 2", "(2, 2) \quad\text{and}\quad (6, 2)"
+        answer = list_form(answer)
     answer = mixed_numbers(answer)
     one_value = count_commas(join_thousands(gold)) == 0 and not _RELATION.search(gold)  # an inequality is a range
     answer = join_thousands(answer, commas=one_value)
@@ -109,6 +136,85 @@ def answer_form(answer: str, gold: str, problem: str | None = None) -> str | Non
     return answer
 
 
+_NOT_EQUAL = re.compile(r"!=|≠|\\ne(?![a-zA-Z])")
+_LIST_JOINER = re.compile(
+    r"\s*(?:,|;)?\s*(?:\\q?quad\s*)*(?:\\text\s*\{\s*(?:,\s*)?and\s*\}|(?<![A-Za-z\\])and(?![A-Za-z]))(?:\s*\\q?quad)*\s*"
+    r"|\s*;\s*"
+)
+
+
+_UNICODE = {"≤": "\\le ", "≥": "\\ge ", "∞": "\\infty ", "≠": "\\neq ", "−": "-", "×": "\\times ", "·": "\\cdot ",
+            "÷": "\\div ", "π": "\\pi ", "∪": "\\cup ", "∩": "\\cap ", "¢": "\\text{ cents}", "\u2009": " ",
+            "\u202f": " ", "\u00a0": " "}  # fmt: skip
+_UNICODE_PATTERN = re.compile("|".join(map(re.escape, _UNICODE)))
+_ARTICLE_IN_TEXT = re.compile(r"(\\text\s*\{)\s*(?:the|an?)\s+", re.IGNORECASE)
+_RATE = re.compile(r"/\s*(?:\\(?:text|mathrm)\s*\{\s*([A-Za-z]+)\s*\}|([A-Za-z]{2,})\b)")
+_PRIME = re.compile(r"\d\s*(?:'|′|\^\s*\{?\s*\\prime)")
+_SET_BUILDER = re.compile(
+    r"\s*\\\{\s*([A-Za-z])\s*(?:\\in\s*\\mathbb\s*\{?R\}?\s*)?(?:\\mid|\||:)\s*(.+?)\s*\\\}\s*", re.DOTALL
+)
+_OR = re.compile(r"\s*(?:\\text\s*\{\s*or\s*\}|\bor\b|\\lor|\\vee|\\cup)\s*")
+
+
+def read_through(answer: str, gold: str) -> str:
+    """The answer with what only dresses it read through: unicode symbols as LaTeX (`≤`, `∞`, thin spaces, `¢`
+    as cents), an article in `\\text{}` ("the east"), a rate's `/day` (as "per day"); and, where the gold is an
+    interval or a union, set-builder notation and inequalities joined by "or" as the intervals they are."""
+    if any(char in answer for char in _UNICODE):
+        answer = _UNICODE_PATTERN.sub(lambda match: _UNICODE[match.group()], answer)
+    if "\\text" in answer and not _ARTICLE_IN_TEXT.search(gold):
+        answer = _ARTICLE_IN_TEXT.sub(r"\1", answer)
+    if "/" in answer:
+        answer = _RATE.sub(lambda match: _per_unit(match), answer)
+    if _looks_like_interval(gold):
+        builder = _SET_BUILDER.fullmatch(answer)
+        if builder:
+            answer = builder.group(2)
+        parts = _OR.split(answer)
+        if len(parts) > 1 and "\\cup" in gold:
+            intervals = [inequality_as_interval(part) for part in parts]
+            if all(intervals):
+                answer = " \\cup ".join(intervals)
+    return answer
+
+
+def _per_unit(match: re.Match) -> str:
+    unit = match.group(1) or match.group(2)
+    return f" \\text{{ per {unit}}}" if unit.lower() in UNIT_WORDS else match.group()
+
+
+def unify_relations(text: str) -> str:
+    """`!=`, `≠` and `\\ne` are all `\\neq`."""
+    return _NOT_EQUAL.sub(r"\\neq ", text) if ("!" in text or "≠" in text or "\\ne" in text) else text
+
+
+def list_form(text: str) -> str:
+    """A list written with "and", `\\text{ and }` or ";" between its values, as a comma-separated list (at the top
+    level only: a `;` inside brackets separates matrix rows or coordinates); `$` between the values dropped."""
+    if not re.search(r"and|;", text) or "\\begin" in text:
+        return text
+    text = re.sub(r"(?<!\\)\$", " ", text)
+    depth, out, position = 0, [], 0
+    for match in _LIST_JOINER.finditer(text):
+        prefix = text[position : match.start()]
+        depth += sum(prefix.count(c) for c in "([{") - sum(prefix.count(c) for c in ")]}")
+        out.append(prefix + (", " if depth == 0 else match.group()))
+        position = match.end()
+    return ("".join(out) + text[position:]).strip()
+
+
+def expand_plus_minus(gold: str) -> str | None:
+    """`a \\pm b` as the list `a+b, a-b` (and `\\pm b` as `b, -b`): what an answer giving both values lists;
+    None when the gold has no single top-level `\\pm`."""
+    parts = gold.split("\\pm")
+    if len(parts) != 2 or not parts[1].strip():
+        return None
+    head, tail = parts[0].strip(), parts[1].strip()
+    if head:
+        return f"{head}+{tail}, {head}-{tail}"
+    return f"{tail}, -{tail}"
+
+
 def words_allowed(answer: str, gold: str, problem: str | None = None) -> bool:
     """Whether every word of the answer is one that may be dropped or is the gold's own (see `droppable`): every
     word in `\\text{}` (which math-verify would drop unread), bare words only when they qualify, negate or join
@@ -136,6 +242,8 @@ def droppable(word: str, gold_words: set, problem_words: set) -> bool:
         return True
     if word in VALUE_WORDS or word in NUMBER_WORDS or word in MULTIPLIERS:
         return False
+    if word in CONVERTING_UNITS:  # cents are not dollars, nor minutes degrees: only where the problem counts them
+        return word in problem_words or word.rstrip("s") in problem_words or word + "s" in problem_words
     return word in UNIT_WORDS or word in problem_words
 
 
@@ -164,15 +272,27 @@ def mixed_numbers(text: str) -> str:
 
 
 def too_costly(text: str) -> bool:
-    """A power tower, a four-digit exponent or factorial, or a number over MAX_DIGITS digits: work that can take
-    sympy minutes in C, refused before it gets there."""
+    """A power tower; an exponent of four digits, a factorial or a product; a factorial, binomial or Gamma of four
+    digits; a number over MAX_DIGITS digits: work that can take sympy minutes in C, refused before it gets there."""
     return _HUGE.search(text) is not None or re.search(rf"\d{{{MAX_DIGITS + 1}}}", text) is not None
 
 
+@lru_cache(maxsize=4096)
+def _several_values(gold: str) -> bool:
+    return count_commas(list_form(gold)) > 0
+
+
+_DELIMITERS = re.compile(r"\\\(|\\\)|\\\[|\\\]|(?<!\\)\$|\*\*|__|\\displaystyle")
+_QUOTED = re.compile(r"(?:\\?\"|“|``)\s*(.*?)\s*(?:\\?\"|”|'')", re.DOTALL)
+
+
 def strip_delimiters(text: str) -> str:
-    """The answer without math delimiters, markdown emphasis, `\\displaystyle` and a final full stop."""
-    text = re.sub(r"\\\(|\\\)|\\\[|\\\]|(?<!\\)\$|\*\*|__|\\displaystyle", " ", text)
-    return text.strip().rstrip(".,;:").strip()
+    """The answer without math delimiters, markdown emphasis, `\\displaystyle`, quotes around it and a final full
+    stop."""
+    text = _DELIMITERS.sub(" ", text)
+    text = text.strip().rstrip(".,;:").strip()
+    quoted = _QUOTED.fullmatch(text) if text[:1] in '\\"“`' else None
+    return quoted.group(1).rstrip(".,;:").strip() if quoted else text  # 'The final answer is \"12 and 13\".'
 
 
 def _without_relation(answer: str, gold: str) -> str | None:
@@ -274,7 +394,7 @@ def join_thousands(text: str, commas: bool = True) -> str:
         number = match.group()
         if not commas and "," in number.replace("{,}", ""):
             return number
-        groups = re.split(rf"(?:{_SPACING}+|\{{,\}}|,)", number)
+        groups = re.split(_GROUP_SEPARATOR, number)
         return "".join(groups) if all(len(group) == 3 for group in groups[1:]) else number
 
     return _THOUSANDS.sub(join, text)

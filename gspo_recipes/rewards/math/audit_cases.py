@@ -118,10 +118,16 @@ def _wrong_value_cases(gold: str, wrong: str) -> list[tuple[str, str, bool]]:
         ("second_commitment", f"\\boxed{{{gold}}}\n## Answer\n${wrong}$", False),
         ("second_commitment", f"\\boxed{{{gold}}}\n$$\\text{{Answer}} = {wrong}$$", False),
         ("second_commitment", f"The answer is ${gold}$.\nThe answer is ${wrong}$.", False),
-        ("second_commitment", f"The answer is ${wrong}$, no wait: \\boxed{{{gold}}}", False),
+        ("second_commitment", f"The answer is ${gold}$, no wait: \\boxed{{{wrong}}}", False),
+        ("second_commitment", f"\\boxed{{{gold}}}. The answer should be ${wrong}$.", False),
+        ("second_commitment", f"\\boxed{{{gold}}}\n\nEDIT: ${wrong}$", False),
+        ("second_commitment", f"\\boxed{{{gold}}}. Actually, it is ${wrong}$.", False),
+        ("second_commitment", f"\\boxed{{{gold}}}\n<answer>{wrong}</answer>", False),
         (EXPLAINED, f"$\\boxed{{{gold}}}$, or about ${wrong}$ if one miscounts.", True),
         (EXPLAINED, f"We first guessed ${wrong}$, which fails the check. The answer is $\\boxed{{{gold}}}$.", True),
         (EXPLAINED, f"\\boxed{{{gold}}}. The answer is not ${wrong}$.", True),
+        (EXPLAINED, f"The answer is ${wrong}$, no wait: \\boxed{{{gold}}}", True),  # a correction starts anew
+        (EXPLAINED, f"\\boxed{{{gold}}}\n\nLet's check our answer: it satisfies every condition.", True),
     ]
 
 

@@ -2,8 +2,9 @@
 
 "Simplify $\\sqrt{242}$" is not solved by `\\boxed{\\sqrt{242}}`, nor by the same span dressed up. Before comparing,
 both sides lose what does not change an expression (`canonical`): `\\left`/`\\right`, spacing, redundant parentheses
-and braces, `1\\cdot`, `+0`, `^1`, `\\dfrac`/`\\cfrac`/`\\over` (as `\\frac`), `\\choose` (as `\\binom`), `a/b` (as
-`\\frac{a}{b}`), `^{1/2}` (as `\\sqrt{}`), `a\\cdot a` (as `a^2`) and the order of the operands of `+` and `\\cdot`.
+and braces, `1\\cdot`, `+0`, `^1`, `\\dfrac`/`\\cfrac`/`\\over` (as `\\frac`), `\\choose` (as `\\binom`), `a/b` and
+`a \\div b` (as `\\frac{a}{b}`), `^{1/2}` and `\\sqrt[2]` (as `\\sqrt{}`), `\\sin^{-1}` (as `\\arcsin`), `a\\cdot a` (as
+`a^2`) and the order of the operands of `+` and `\\cdot`.
 A bare integer or a single letter is never an echo: any problem may mention those.
 """
 
@@ -16,6 +17,9 @@ _TEXT_COMMAND = re.compile(r"\\(?:text|textbf|mathrm|mathbf|operatorname)\s*\{([
 _MATH_SPAN = re.compile(r"\$\$(.+?)\$\$|\$(.+?)\$|\\\[(.+?)\\\]|\\\((.+?)\\\)", re.DOTALL)
 _ATOM = r"(?:\d+(?:\.\d+)?|[A-Za-z]|\{[^{}]*\}|\([^()]*\))"
 _REWRITES = [
+    (re.compile(r"\\div(?![a-zA-Z])"), "/"),
+    (re.compile(r"\\sqrt\[2\]"), r"\\sqrt"),
+    (re.compile(r"\\(sin|cos|tan|cot|sec|csc)\^\{?-1\}?"), r"\\arc\1"),
     (re.compile(r"\\[dtc](frac|binom)"), r"\\\1"),
     (re.compile(r"\{([^{}]*)\}\\over\{([^{}]*)\}"), r"\\frac{\1}{\2}"),
     (re.compile(r"\{([^{}\\]*)\\over([^{}]*)\}"), r"\\frac{\1}{\2}"),
@@ -29,6 +33,7 @@ _REWRITES = [
     (re.compile(r"\^\{?1\}?(?![\d.])"), ""),
     (re.compile(r"(?<![\w.^])(\d+|[A-Za-z])\*\1(?![\w.^])"), r"\1^2"),
     (re.compile(r"\^\{(\w)\}"), r"^\1"),
+    (re.compile(r"(\\(?:arc)?(?:sin|cos|tan|cot|sec|csc)|\\ln|\\log|\\exp)\(([^()]*)\)"), r"\1\2"),  # \sin(x) is \sin x
 ]
 
 
@@ -76,13 +81,13 @@ def _gold_in_problem(gold: str, problem: str, written: str, spans: set) -> bool:
     the 5 of `5^5` is not the number 6 or 5."""
     value = _flat(squash(gold))
     if re.fullmatch(r"[-−]?\d+(?:\.\d+)?", value):
-        return re.search(rf"(?<![\w.^]){re.escape(value)}(?![\w^]|\.\d)", problem) is not None
+        return re.search(rf"(?<![\w.^\-−]){re.escape(value)}(?![\w^]|\.\d)", problem) is not None
     return value in written or canonical(gold) in spans
 
 
 def _drop_redundant_parentheses(text: str) -> str:
     """`(x)` around one atom, and one pair around the whole expression, change nothing."""
-    text = re.sub(r"(?<![\\A-Za-z_^])\((-?\d+(?:\.\d+)?|[A-Za-z]|\\[A-Za-z]+\{[^{}()]*\})\)", r"\1", text)
+    text = re.sub(r"(?<![\\A-Za-z_^])\((-?\d+(?:\.\d+)?|[A-Za-z]|\\[A-Za-z]+(?:\{[^{}()]*\})+)\)", r"\1", text)
     if text.startswith("(") and text.endswith(")") and _closing(text, 0) == len(text) - 1:
         text = text[1:-1]
     if text.startswith("{") and text.endswith("}") and _closing(text, 0) == len(text) - 1:

@@ -14,7 +14,9 @@ from fractions import Fraction
 from typing import Any
 
 from ..text import column, completion_text
-from .contract import boxed_contents
+from .answer import too_costly
+from .contract import boxed_contents, read_commitments
+from .golds import note_unreadable_gold
 from .verifier import verify_in_pool
 
 _MAX_DIGITS = 100  # longer "numbers" are never a dataset's answer, and Fraction() on them is wasted work
@@ -26,6 +28,7 @@ def lenient_math_accuracy(
     answer: list | None = None,
     *,
     timeout_s: float,
+    delimiters: tuple[str, ...] | None = None,
     **kwargs: Any,
 ) -> list[float | None]:
     """1.0 when the completion's final answer equals the gold one, judged by math-verify.
@@ -36,12 +39,15 @@ def lenient_math_accuracy(
     `timeout_s` seconds in a worker process.
     """
     n = len(completions)
-    texts = [completion_text(c) for c in completions]
+    texts = [after_reasoning(completion_text(c), delimiters) for c in completions]
     golds = [_math_gold(s, a) for s, a in zip(column(solution, n), column(answer, n))]
     scores: list[float | None] = [None] * n
     slow: list[int] = []
     for i, (text, gold) in enumerate(zip(texts, golds)):
         if gold is None:
+            continue
+        if text is None:
+            scores[i] = 0.0  # no reasoning delimiter: TRL's reasoning_accuracy_reward scores it 0
             continue
         scores[i] = _integer_fast_path(gold, text)
         if scores[i] is None:
@@ -50,9 +56,16 @@ def lenient_math_accuracy(
     # judged once, on the boxed content alone. If that content does not parse, math-verify would look elsewhere in
     # the text, so those completions are judged again in full.
     boxed = {i: _single_boxed(texts[i]) for i in slow}
+    for i in list(slow):  # big-number work in the answer is refused before a worker spends its deadline on it
+        if boxed[i] is not None and too_costly(boxed[i]) and not too_costly(golds[i][0]):
+            scores[i] = 0.0
+            slow.remove(i)
     requests = [(i, *golds[i], boxed[i] or texts[i], boxed[i] is not None) for i in slow]
     retry = verify_in_pool(scores, requests, timeout_s, "verify_answer")
     verify_in_pool(scores, [(i, *golds[i], texts[i], False) for i in retry], timeout_s, "verify_answer")
+    for score, gold in zip(scores, golds):
+        if score is None and gold is not None:
+            note_unreadable_gold(gold[0])
     return scores
 
 
@@ -61,6 +74,7 @@ def lenient_gsm8k_accuracy(
     answer: list | None = None,
     *,
     timeout_s: float,
+    delimiters: tuple[str, ...] | None = None,
     **kwargs: Any,
 ) -> list[float | None]:
     """1.0 when the completion's final number equals GSM8K's gold (the number after `####` in `answer`).
@@ -76,8 +90,10 @@ def lenient_gsm8k_accuracy(
     for i, (completion, gold_text) in enumerate(zip(completions, column(answer, n))):
         gold = _gsm8k_gold(gold_text)
         if gold is None:
+            note_unreadable_gold(gold_text)
             continue
-        candidate = _gsm8k_candidate(completion_text(completion))
+        text = after_reasoning(completion_text(completion), delimiters)
+        candidate = None if text is None else _gsm8k_candidate(text)
         if candidate is None:
             scores[i] = 0.0
             continue
@@ -90,6 +106,30 @@ def lenient_gsm8k_accuracy(
             slow.append((i, _format_number(gold), True, f"$\\boxed{{{candidate}}}$", False))
     verify_in_pool(scores, slow, timeout_s, "verify_answer")
     return scores
+
+
+def reasoning_delimiters_option(delimiters: Any) -> tuple[str, ...] | None:
+    """TRL's `reasoning_delimiters` as a tuple of strings, or None (the default: `</think>` when there is one);
+    anything else is refused, naming the argument and what it takes."""
+    if delimiters is None:
+        return None
+    if isinstance(delimiters, str):
+        delimiters = [delimiters]
+    delimiters = tuple(delimiters) if isinstance(delimiters, (list, tuple)) else None
+    if not delimiters or not all(isinstance(item, str) and item for item in delimiters):
+        raise ValueError(
+            "reasoning_delimiters must be a non-empty list of non-empty strings, such as ['</think>'] "
+            "(the answer is read after the last of them)"
+        )
+    return delimiters
+
+
+def after_reasoning(text: str, delimiters: tuple[str, ...] | None) -> str | None:
+    """The text after the last of `delimiters` (None when there is none); all of it without delimiters."""
+    if delimiters is None:
+        return text
+    ends = [text.rfind(delimiter) + len(delimiter) for delimiter in delimiters if delimiter in text]
+    return text[max(ends) :] if ends else None
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -110,11 +150,18 @@ def _math_gold(solution: Any, answer: Any) -> tuple[str, bool] | None:
 
 
 def _gsm8k_gold(answer: Any) -> Fraction | None:
+    """GSM8K's `#### N`, a plain number, else the number a worked solution commits to (`\\boxed{72}`, "The
+    answer is 72"); number words are not read (TRL skips a gold of "forty two")."""
     if isinstance(answer, (int, float)):
         answer = str(answer)
     if not isinstance(answer, str):
         return None
-    return _as_number(answer.rsplit("####", 1)[-1])
+    value = _as_number(answer.rsplit("####", 1)[-1])
+    if value is None and "####" not in answer:
+        found = read_commitments(answer)
+        if found is not None and not found.too_many and re.search(r"\d", found.answer):
+            value = _as_number(found.answer)
+    return value
 
 
 # ----------------------------------------------------------------------------------------------------------------

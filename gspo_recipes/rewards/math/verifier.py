@@ -67,8 +67,8 @@ def verify_answer(gold_text: str, gold_is_bare: bool, answer_text: str, boxed_on
     from math_verify import parse, verify
 
     gold = _parse_gold(gold_text, gold_is_bare)
-    if not gold:
-        return None
+    if not gold or all(isinstance(item, str) for item in gold):
+        return None  # nothing but the verbatim string: a gold that says no math cannot judge anything
     try:
         answer = parse(answer_text, extraction_config=_answer_config(), parsing_timeout=None)
         if boxed_only and all(isinstance(item, str) for item in answer):  # only a verbatim fallback, or nothing
@@ -84,8 +84,8 @@ def verify_final_answer(gold_text: str, gold_is_bare: bool, answer: str, numeric
     from math_verify import parse, verify
 
     gold = _parse_gold(gold_text, gold_is_bare)
-    if not gold:
-        return None
+    if not gold or all(isinstance(item, str) for item in gold):
+        return None  # nothing but the verbatim string: a gold that says no math cannot judge anything
     try:
         parsed = parse(f"$\\boxed{{{answer}}}$", extraction_config=_answer_config(), parsing_timeout=None)
         if not parsed or all(isinstance(item, str) for item in parsed):
@@ -156,11 +156,12 @@ def _flat_numbers(expr) -> list | None:
 @lru_cache(maxsize=4096)
 def _parse_gold(text: str, bare: bool) -> list:
     # A GRPO batch holds each gold once per generation: parse it once per worker.
-    from math_verify import LatexExtractionConfig, parse
+    from math_verify import parse
 
     if bare:
         return parse(f"${text}$", parsing_timeout=None)
-    return parse(text, extraction_config=[LatexExtractionConfig(boxed_match_priority=0)], parsing_timeout=None)
+    # A worked solution: its box first, else its math (as TRL's accuracy_reward reads a `solution` column).
+    return parse(text, extraction_config=_answer_config(), parsing_timeout=None)
 
 
 @lru_cache(maxsize=1)
