@@ -14,9 +14,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from support import sandbox_backend_params
 
 from gspo_recipes.rewards import code_execution
-from gspo_recipes.rewards.code.sandbox import launch as sandbox
 
 TESTS = ["assert add(1, 2) == 3"]
 LIBC = "import ctypes, os, socket, time\nlibc = ctypes.CDLL(None, use_errno=True)\nKEY = {key}\nNAME = '{name}'\n"
@@ -106,8 +106,7 @@ def _program(name: str, token: str, write: bool, read: bool) -> str:
 def _backends():
     """Every backend, and bwrap twice: its attempts forked from the warm zygote (the default) and started one by one
     (`bwrap-cold`)."""
-    return [pytest.param(name, marks=pytest.mark.skipif(not sandbox._works(name.split("-")[0]), reason=f"no {name} "
-            "here")) for name in ("bwrap", "bwrap-cold", "unshare", "plain")]  # fmt: skip
+    return sandbox_backend_params(("bwrap", "bwrap-cold", "unshare", "plain"))
 
 
 @pytest.fixture

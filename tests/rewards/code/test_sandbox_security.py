@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support import sandbox_backend_params
 
 from gspo_recipes.rewards import code_execution, pool
 from gspo_recipes.rewards.code import reward
@@ -28,10 +29,7 @@ PROTECTS = {"bwrap": {"network", "pids", "host_files"}, "unshare": {"network", "
 
 
 def _backend_param(name):
-    usable = sandbox._works(name)
-    if name == "bwrap" and os.environ.get("CI") and not usable:
-        pytest.fail("CI must test the bubblewrap sandbox: install the bubblewrap package", pytrace=False)
-    return pytest.param(name, marks=pytest.mark.skipif(not usable, reason=f"{name} does not work here"))
+    return sandbox_backend_params([name])[0]
 
 
 @pytest.fixture(scope="module", autouse=True)
