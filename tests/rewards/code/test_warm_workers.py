@@ -27,7 +27,7 @@ from gspo_recipes.rewards.code.sandbox import warm, worker
 ADD = "def add(a, b):\n    return a + b\n"
 TESTS = ["assert add(1, 2) == 3", "assert add(-4, 4) == 0"]
 # The warm path is there for every user wherever bubblewrap works (which the package ships): never skipped.
-needs_warm = pytest.mark.usefixtures()
+needs_warm = lambda test: test  # noqa: E731
 
 
 def _launches(path) -> int:

@@ -200,7 +200,7 @@ def _own_user_namespace() -> None:
     """Without root, the namespaces that follow are made inside a user namespace of this user's (see
     `confine.enter_user_namespace`); as root, in the host's."""
     if not is_root():
-        confine.enter_user_namespace(0)
+        confine.enter_user_namespace()
 
 
 def _build_root(root: str, uid: int) -> None:
@@ -230,7 +230,7 @@ def _drop_to(uid: int) -> None:
     if is_root():
         confine.drop_to(uid, JUDGE_PROCESSES)
     else:
-        confine.drop_to_own_user_namespace(uid, JUDGE_PROCESSES)
+        confine.drop_capabilities(JUDGE_PROCESSES)  # the user's uid: see `confine.drop_capabilities`
     _judge_environment()
 
 

@@ -22,8 +22,22 @@ _UID_OFFSET = random.Random(os.getpid() ^ time.time_ns()).randrange(SANDBOX_UIDS
 WORKDIR_IN_BWRAP = "/tmp/work"
 
 
+def _host_root() -> bool:
+    # Root of the host, not of a user namespace (where a forked judge is uid 0 without any power over the host):
+    # found once, at import, in the process every sandbox is started from.
+    try:
+        full_map = Path("/proc/self/uid_map").read_text().split() == ["0", "0", "4294967295"]
+    except OSError:
+        full_map = True
+    return os.geteuid() == 0 and full_map
+
+
+_HOST_ROOT = _host_root()
+
+
 def is_root() -> bool:
-    return os.geteuid() == 0
+    """Whether this process runs as the host's root (cached at import: see `_host_root`)."""
+    return _HOST_ROOT
 
 
 _slot_lock = threading.Lock()

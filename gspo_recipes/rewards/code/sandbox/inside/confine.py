@@ -125,27 +125,33 @@ def drop_to(uid, processes):
     check(_LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "pdeathsig")  # the uid change cleared it
 
 
-def enter_user_namespace(inside_id):
-    """Without root: a new user namespace where `inside_id` (uid and gid) is this process's own ids outside, the only
-    ones an unprivileged process may map. The process holds every capability over the namespaces it makes after
-    this, and none over the host's."""
+def enter_user_namespace():
+    """Without root: a new user namespace where this process keeps its own uid and gid (the only ids an unprivileged
+    process may map) and holds every capability over the namespaces it makes after this, none over the host's."""
     import os
 
     uid, gid = os.geteuid(), os.getegid()
-    unshare(CLONE_NEWUSER)
-    for name, text in (("setgroups", "deny"), ("uid_map", f"{inside_id} {uid} 1"), ("gid_map", f"{inside_id} {gid} 1")):
-        with open(f"/proc/self/{name}", "w") as file:
-            file.write(text)
+    # A process made undumpable (the judge makes its pool process so) cannot write its own maps: dumpable while it
+    # does, as before afterwards.
+    dumpable = _LIBC.prctl(3, 0, 0, 0, 0)  # PR_GET_DUMPABLE
+    _LIBC.prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE
+    try:
+        unshare(CLONE_NEWUSER)
+        for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+            with open(f"/proc/self/{name}", "w") as file:
+                file.write(text)
+    finally:
+        _LIBC.prctl(4, max(dumpable, 0), 0, 0, 0)
 
 
-def drop_to_own_user_namespace(uid, processes):
-    """`drop_to` where no other uid can be had (a zygote without root maps only its user's): the attempt enters a user
-    namespace of its own as `uid`, then gives up every capability there (bounding set, permitted, effective,
-    inheritable). Its own PID, mount and IPC namespaces keep it from every other attempt, as a uid of its own would."""
+def drop_capabilities(processes):
+    """`drop_to` where no other uid can be had (inside `enter_user_namespace`, only the user's own is mapped): keep
+    the uid, give up every capability for good (bounding, permitted, effective and inheritable sets emptied, no new
+    privileges). Its own PID, mount, IPC and UTS namespaces keep the process from every other attempt and from the
+    host's processes, as a uid of its own would."""
     import resource
     import signal
 
-    enter_user_namespace(uid)
     for capability in range(64):
         if _LIBC.prctl(_PR_CAPBSET_DROP, capability, 0, 0, 0) != 0:
             break

@@ -35,12 +35,12 @@ def become_zygote(config):
 
 
 def _own_user_and_pid_namespaces():
-    """Without root: the zygote becomes root of a user namespace of its own (its user's uid outside), and the first
+    """Without root: the zygote enters a user namespace of its own (as its user's uid), and becomes the first
     process of a PID namespace that namespace owns, so that `_start_attempt` may step back into it after each attempt
     (the host's is not ours to enter). The process the host started stays as a shim: it waits, and exits with it."""
     import os
 
-    confine.enter_user_namespace(0)
+    confine.enter_user_namespace()
     confine.unshare(confine.CLONE_NEWPID)
     child = os.fork()
     if child != 0:
@@ -178,8 +178,8 @@ def _attempt(request, fds, payload):
         uid, workdir = request["uid"], request["workdir"]
         os.mkdir(workdir, 0o700)
         os.chdir(workdir)
-        if request.get("user_namespace"):  # no uid but the user's: the workdir is already the attempt's
-            confine.drop_to_own_user_namespace(uid, request["processes"])
+        if request.get("user_namespace"):  # no uid but the user's: it owns the workdir already
+            confine.drop_capabilities(request["processes"])
         else:
             os.chown(workdir, uid, uid)
             confine.drop_to(uid, request["processes"])
