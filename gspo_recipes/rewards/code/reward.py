@@ -87,7 +87,7 @@ def require_sandbox(backend: str | None = None, **_options: Any) -> str | None:
             "no sandbox for the code judge: this process cannot make mount and PID namespaces (as root, or in a user "
             f"namespace of its own), though bubblewrap ({bwrap_binary.bwrap_path()}) can. Cause: a security module "
             f"confines {os.path.realpath(sys.executable)} and not bwrap. Fix: allow user namespaces for the "
-            "interpreter too (see docs/code-sandbox.md, 'Which bwrap'), or "
+            "interpreter too (see docs/install.md, Ubuntu 23.10 and later), or "
             "`sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`."
         )
     return weak_sandbox_note(chosen)

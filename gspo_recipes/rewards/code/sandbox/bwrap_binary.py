@@ -12,6 +12,7 @@ import dataclasses
 import os
 import shutil
 import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -105,12 +106,14 @@ def why_not(found: list[Probe] | None = None) -> str:
 def _fix(errors: str, path: str) -> str:
     apparmor = _sysctl("kernel/apparmor_restrict_unprivileged_userns")
     if apparmor == "1" or "setting up uid map" in errors:
+        python = os.path.realpath(sys.executable)  # the judge and the warm zygotes make their own namespaces
         return (
             "Cause: AppArmor restricts unprivileged user namespaces (kernel.apparmor_restrict_unprivileged_userns=1, "
-            "the default of Ubuntu 23.10 and later). Fix, either: give this binary a profile "
-            f"that allows them (see docs/code-sandbox.md, 'Which bwrap'): write /etc/apparmor.d/gspo-bwrap with "
-            f"`abi <abi/4.0>, include <tunables/global> profile gspo-bwrap {path} flags=(unconfined) {{ userns, }}`"
-            " and run `sudo apparmor_parser -r /etc/apparmor.d/gspo-bwrap`; or allow them for every program: "
+            "the default of Ubuntu 23.10 and later). Fix, either: allow them to the two programs that make the "
+            "sandbox's namespaces (docs/install.md, 'Ubuntu 23.10 and later'): write /etc/apparmor.d/gspo-sandbox "
+            f"with `abi <abi/4.0>, include <tunables/global> profile gspo-bwrap {path} flags=(unconfined) "
+            f"{{ userns, }} profile gspo-python {python} flags=(unconfined) {{ userns, }}` and run "
+            "`sudo apparmor_parser -r /etc/apparmor.d/gspo-sandbox`; or allow them to every program: "
             "`sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`."
         )
     if _sysctl("kernel/unprivileged_userns_clone") == "0":
