@@ -338,7 +338,10 @@ def test_killing_the_parent_process(backend):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
     done = subprocess.run([sys.executable, "-c", caller], capture_output=True, text=True, timeout=60, env=env)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "[0.5]"  # the harness survived too: one of two tests passes
+    # The harness survived too: one of two tests passes. Under the opt-in `unshare` backend without root (found running
+    # the suites as a user, issue 35) the attack takes its own worker down with it: 0.0, the caller unharmed.
+    survivors = ("[0.5]", "[0.0]") if backend == "unshare" and os.geteuid() != 0 else ("[0.5]",)
+    assert done.stdout.strip() in survivors
 
 
 # ----------------------------------------------------------------------------------------------------------------
