@@ -1,7 +1,7 @@
 """Attacks on the code sandbox. Each must end with the right reward, the caller unharmed, nothing outside the sandbox
 changed, no process left behind, and the wall time bounded.
 
-Every attack runs under bubblewrap (required when CI=true: `.ci/run` installs it) and under the fallbacks, except
+Every attack runs under bubblewrap (the packaged binary: never skipped) and under the fallbacks, except
 where a fallback is documented not to protect (network for `plain`; world-writable host paths for both).
 """
 
