@@ -78,11 +78,17 @@ def require_sandbox(backend: str | None = None, **_options: Any) -> str | None:
     raises `SandboxUnavailable` with what is missing, why and the fix. Returns what the run must say on every start
     when a weaker backend was asked for by name (`GSPO_SANDBOX_BACKEND` or `backend=`), else None. GSPOTrainer calls it
     (as each code reward's `sandbox_check`) before it loads a model; each call of a code reward calls it first."""
-    from .judge.confined import confinement_works
+    from .judge import confined
     from .sandbox import bwrap_binary
 
     chosen = resolve_backend(backend)
-    if chosen == "bwrap" and not confinement_works():
+    if chosen == "bwrap" and not confined.confinement_works() and confined.unreadable_roots is not None:
+        raise SandboxUnavailable(
+            "no sandbox for the code judge: confined as a uid of its own, it cannot read the interpreter's "
+            f"directories {confined.unreadable_roots or '(their parents)'} to import pytest. Fix: let other users "
+            "read them (`chmod o+rX` on each), or use an interpreter or venv in a directory others can read."
+        )
+    if chosen == "bwrap" and not confined.confinement_works():
         raise SandboxUnavailable(
             "no sandbox for the code judge: this process cannot make mount and PID namespaces (as root, or in a user "
             f"namespace of its own), though bubblewrap ({bwrap_binary.bwrap_path()}) can. Cause: a security module "

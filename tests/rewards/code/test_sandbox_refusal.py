@@ -103,3 +103,15 @@ def test_the_sandbox_runs_the_packaged_bwrap_on_a_fresh_install():
     assert bwrap_binary.probe(packaged).error is None
     if os.environ.get("GSPO_EXPECT_PACKAGED_BWRAP"):
         assert bwrap_binary.bwrap_path() == packaged
+
+
+def test_an_interpreter_other_uids_cannot_read_is_refused_with_the_directory(monkeypatch):
+    """As root the judge runs as a uid of its own: a venv in a 0700 directory (`mktemp -d`) would leave it without
+    pytest, every row a judge failure. The probe sees that (`confined.UNREADABLE`); the reward names the directory."""
+    from gspo_recipes.rewards.code.judge import confined
+
+    monkeypatch.setattr(confined, "_works", False)
+    monkeypatch.setattr(confined, "unreadable_roots", ["/tmp/venv-0700"])
+    monkeypatch.delenv("GSPO_SANDBOX_BACKEND", raising=False)
+    with pytest.raises(sandbox.SandboxUnavailable, match=r"/tmp/venv-0700.*chmod o\+rX"):
+        code_execution([ADD], tests=[["assert add(1, 2) == 3"]])

@@ -319,17 +319,36 @@ def _try_confinement() -> bool:
                     try:
                         _build_root(root, JUDGE_UID_BASE)
                         _drop_to(JUDGE_UID_BASE)
-                        os._exit(0 if os.getcwd() == JUDGE_WORKDIR and not os.path.exists(root) else 1)
+                        if os.getcwd() != JUDGE_WORKDIR or os.path.exists(root):
+                            os._exit(1)
+                        os._exit(0 if _can_import_pytest() else UNREADABLE)
                     finally:
                         os._exit(1)
                 status = os.waitstatus_to_exitcode(os.waitpid(inner, 0)[1])
             finally:
                 os._exit(status & 0xFF)
-        return os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]) == 0
+        status = os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
+        if status == UNREADABLE:
+            global unreadable_roots
+            unreadable_roots = [path for path in read_only_roots() if os.stat(path).st_mode & 0o005 != 0o005]
+        return status == 0
     except OSError:
         return False
     finally:
         os.rmdir(root)
+
+
+UNREADABLE = 3  # the probe's status when the confined judge, as its own uid, cannot import pytest
+unreadable_roots: list[str] | None = None  # then: the interpreter's directories other users cannot read
+
+
+def _can_import_pytest() -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("pytest") is not None
+    except (ImportError, OSError, ValueError):
+        return False
 
 
 def _judge_unconfined(job: JudgeJob, quiet: bool = False):
