@@ -103,3 +103,19 @@ def plain_grpo_config(output_dir, **overrides):
     settings = dict(TINY_RUN, output_dir=str(output_dir), bf16=False)
     settings.update(overrides)
     return GRPOConfig(**settings)
+
+
+def sandbox_backend_params(names):
+    """pytest params for sandbox backends: bwrap (and `bwrap-cold`, its per-attempt path) never skip, since the package
+    ships its binary and a machine without it is a failure to see; the weaker, opt-in backends skip where they do not
+    work."""
+    import pytest
+
+    from gspo_recipes.rewards.code.sandbox import launch
+
+    params = []
+    for name in names:
+        base = name.split("-")[0]
+        usable = base == "bwrap" or launch._works(base)
+        params.append(pytest.param(name, marks=pytest.mark.skipif(not usable, reason=f"{name} does not work here")))
+    return params

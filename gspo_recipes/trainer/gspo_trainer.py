@@ -42,6 +42,7 @@ from gspo_recipes.trainer.gloo_exit import end_gloo_process_group_at_exit
 from gspo_recipes.trainer.group_health import GroupHealth
 from gspo_recipes.trainer.grpo_conversion import from_grpo_config
 from gspo_recipes.trainer.loss_options import add_entropy_bonus, masked_shares, policy_masks
+from gspo_recipes.trainer.reward_sandbox import check_reward_sandboxes, record_sandbox_notes
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +72,8 @@ class GSPOTrainer(GRPOTrainer):
         rollout_func=None,
         environment_factory=None,
     ):
+        # A code reward that cannot confine model code refuses here, before any model is loaded.
+        sandbox_notes = check_reward_sandboxes(reward_funcs)
         if args is None:
             name = model if isinstance(model, str) else model.config._name_or_path
             args = GSPOConfig(f"{name.split('/')[-1]}-GSPO")
@@ -95,6 +98,7 @@ class GSPOTrainer(GRPOTrainer):
         unengaged = unengaged_engine(str(self.accelerator.distributed_type).split(".")[-1])
         if unengaged is not None and self.accelerator.is_main_process:  # fsdp.yaml on CPU processes
             logger.warning(unengaged)
+        record_sandbox_notes(self, sandbox_notes)  # a weaker sandbox, asked for: said in every diagnostics file
         # The clip the loss applies: "sequence", "token" or None; clip statistics and warnings consult it.
         self.applied_clip = _trl.applied_clip(self)
         self.sampler_logprobs = SamplerLogprobs(self)  # old_logps_source, the mismatch monitor, vLLM's IS weight

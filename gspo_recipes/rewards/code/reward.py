@@ -9,6 +9,7 @@ import dataclasses
 import logging
 import os
 import secrets
+import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -21,9 +22,9 @@ from .judge.broker import MAX_WORKER_STARTS, OVERRAN
 from .judge.confined import row_deadline_s
 from .judge.records import Verdict
 from .plan import Job, Unjudgeable, dataset_helpers, extract_code, plan_row
-from .sandbox.launch import Limits, SandboxUnavailable, resolve_backend, run_harness
+from .sandbox.launch import Limits, SandboxUnavailable, resolve_backend, run_harness, weak_sandbox_note
 
-__all__ = ["code_execution", "code_execution_binary", "extract_code"]
+__all__ = ["code_execution", "code_execution_binary", "extract_code", "require_sandbox"]
 
 logger = logging.getLogger(__name__)
 
@@ -72,7 +73,34 @@ def code_execution_binary(
     return [None if score is None else float(score == 1.0) for score in scores]
 
 
+def require_sandbox(backend: str | None = None, **_options: Any) -> str | None:
+    """Refuse, before anything runs, where model code or the dataset's tests could not be confined at full strength:
+    raises `SandboxUnavailable` with what is missing, why and the fix. Returns what the run must say on every start
+    when a weaker backend was asked for by name (`GSPO_SANDBOX_BACKEND` or `backend=`), else None. GSPOTrainer calls it
+    (as each code reward's `sandbox_check`) before it loads a model; each call of a code reward calls it first."""
+    from .judge import confined
+    from .sandbox import bwrap_binary
+
+    chosen = resolve_backend(backend)
+    if chosen == "bwrap" and not confined.confinement_works() and confined.unreadable_roots is not None:
+        raise SandboxUnavailable(
+            "no sandbox for the code judge: confined as a uid of its own, it cannot read the interpreter's "
+            f"directories {confined.unreadable_roots or '(their parents)'} to import pytest. Fix: let other users "
+            "read them (`chmod o+rX` on each), or use an interpreter or venv in a directory others can read."
+        )
+    if chosen == "bwrap" and not confined.confinement_works():
+        raise SandboxUnavailable(
+            "no sandbox for the code judge: this process cannot make mount and PID namespaces (as root, or in a user "
+            f"namespace of its own), though bubblewrap ({bwrap_binary.bwrap_path()}) can. Cause: a security module "
+            f"confines {os.path.realpath(sys.executable)} and not bwrap. Fix: allow user namespaces for the "
+            "interpreter too (see docs/install.md, Ubuntu 23.10 and later), or "
+            "`sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`."
+        )
+    return weak_sandbox_note(chosen)
+
+
 def _score(completions, reward, columns, timeout_s, memory_mb, backend, log_metric, kwargs) -> list[float | None]:
+    require_sandbox(backend)  # raises with the fix: a reward that cannot confine model code never scores it
     n = len(completions)
     tests, io_tests, entry_point, setup, helpers = columns
     # The columns under the names the datasets themselves use: MBPP's test_list, HumanEval's test, APPS' input_output.
@@ -94,7 +122,7 @@ def _score(completions, reward, columns, timeout_s, memory_mb, backend, log_metr
             chunk_plans = [_plan(start + offset, *row, found_one, timeout_s, limits, reward)
                            for offset, (row, found_one) in enumerate(chunk_rows)]  # fmt: skip
             if not running.started and any(isinstance(plan, list) for plan in chunk_plans):
-                backend = resolve_backend(backend)  # before any job starts: no sandbox, every row None
+                backend = resolve_backend(backend)  # probed by `require_sandbox` already
             running.start(start, chunk_plans, backend)
             plans += chunk_plans
             findings += found
@@ -317,3 +345,9 @@ def _forget_executor_after_fork() -> None:
 
 
 os.register_at_fork(after_in_child=_forget_executor_after_fork)
+
+
+# GSPOTrainer finds the check here (on a ConfiguredReward too, which copies a function's attributes) and runs it with
+# the reward's configured options before it loads a model.
+code_execution.sandbox_check = require_sandbox
+code_execution_binary.sandbox_check = require_sandbox

@@ -18,6 +18,7 @@ import subprocess
 import time
 
 import pytest
+from support import sandbox_backend_params
 
 from gspo_recipes.rewards import code_execution, pool
 from gspo_recipes.rewards.code import reward
@@ -26,14 +27,14 @@ from gspo_recipes.rewards.code.sandbox import attempt_limits, worker
 from gspo_recipes.rewards.code.sandbox import launch as sandbox
 
 ADD = "def add(a, b):\n    return a + b\n"
-NO_CONFINEMENT = "the judge cannot be confined here (root and mount/PID namespaces): it runs in a private directory"
-needs_confinement = pytest.mark.skipif(not confined.confinement_works(), reason=NO_CONFINEMENT)
+# The judge is confined for every user (as root, or in a user namespace of the user's): never skipped.
+needs_confinement = lambda test: test  # noqa: E731
 
 
 def _backends(slow_beyond_bwrap: bool = False):
     """Every backend, skipped where it does not work; the fallbacks in the slow tier when `slow_beyond_bwrap`."""
-    return [pytest.param(name, marks=[pytest.mark.skipif(not sandbox._works(name), reason=f"no {name} here")] + (
-        [pytest.mark.slow] if slow_beyond_bwrap and name != "bwrap" else [])) for name in sandbox.BACKENDS]  # fmt: skip
+    return [pytest.param(*param.values, marks=[*param.marks] + ([pytest.mark.slow] if slow_beyond_bwrap and
+            param.values[0] != "bwrap" else [])) for param in sandbox_backend_params(sandbox.BACKENDS)]  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -14,9 +14,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from support import sandbox_backend_params
 
 from gspo_recipes.rewards import code_execution
-from gspo_recipes.rewards.code.sandbox import launch as sandbox
 
 TESTS = ["assert add(1, 2) == 3"]
 LIBC = (
@@ -128,8 +128,7 @@ def _program(name: str, token: str, write: bool, read: bool) -> str:
 def _backends():
     """Every backend, and bwrap twice: its attempts forked from the warm zygote (the default) and started one by one
     (`bwrap-cold`)."""
-    return [pytest.param(name, marks=pytest.mark.skipif(not sandbox._works(name.split("-")[0]), reason=f"no {name} "
-            "here")) for name in ("bwrap", "bwrap-cold", "unshare", "plain")]  # fmt: skip
+    return sandbox_backend_params(("bwrap", "bwrap-cold", "unshare", "plain"))
 
 
 @pytest.fixture
@@ -179,11 +178,17 @@ def test_the_filter_is_what_refuses_the_keyring():
 
 
 @pytest.mark.parametrize("name", sorted(PAGE_CACHE))
-def test_the_filter_is_what_refuses_the_page_cache_probes(name):
-    """Each page-cache probe sees its file cached in a plain process, and fails once the harness's filter is in."""
+def test_the_filter_is_what_refuses_the_page_cache_probes(name, tmp_path):
+    """Each page-cache probe sees its file cached in a plain process, and fails once the harness's filter is in. The
+    file is one this user owns and has just read: the kernel itself refuses cachestat on a file the caller can neither
+    write nor owns (the interpreter's, for a user who is not root), and a sandbox without root runs as that user."""
     from gspo_recipes.rewards.code.sandbox.inside import syscall_filter
 
-    probe = LIBC.format(key=1, name="unused", port=1) + f"found = bool({PROBES[name][1]})\nprint(found)\n"
+    owned = tmp_path / "cached.bin"
+    owned.write_bytes(b"x" * 8192)
+    owned.read_bytes()
+    check = PROBES[name][1].replace("os.__file__", repr(str(owned)))
+    probe = LIBC.format(key=1, name="unused", port=1) + f"found = bool({check})\nprint(found)\n"
     filtered = f"import sys\nsys.path.insert(0, {str(Path(syscall_filter.__file__).parent)!r})\n" + (
         "from syscall_filter import install_syscall_filter\nassert install_syscall_filter(False)\n"
         "try:\n{}\nexcept OSError:\n    print(False)\n"

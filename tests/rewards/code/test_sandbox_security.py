@@ -1,7 +1,7 @@
 """Attacks on the code sandbox. Each must end with the right reward, the caller unharmed, nothing outside the sandbox
 changed, no process left behind, and the wall time bounded.
 
-Every attack runs under bubblewrap (required when CI=true: `.ci/run` installs it) and under the fallbacks, except
+Every attack runs under bubblewrap (the packaged binary: never skipped) and under the fallbacks, except
 where a fallback is documented not to protect (network for `plain`; world-writable host paths for both).
 """
 
@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support import sandbox_backend_params
 
 from gspo_recipes.rewards import code_execution, pool
 from gspo_recipes.rewards.code import reward
@@ -28,10 +29,7 @@ PROTECTS = {"bwrap": {"network", "pids", "host_files"}, "unshare": {"network", "
 
 
 def _backend_param(name):
-    usable = sandbox._works(name)
-    if name == "bwrap" and os.environ.get("CI") and not usable:
-        pytest.fail("CI must test the bubblewrap sandbox: install the bubblewrap package", pytrace=False)
-    return pytest.param(name, marks=pytest.mark.skipif(not usable, reason=f"{name} does not work here"))
+    return sandbox_backend_params([name])[0]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -340,7 +338,10 @@ def test_killing_the_parent_process(backend):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
     done = subprocess.run([sys.executable, "-c", caller], capture_output=True, text=True, timeout=60, env=env)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "[0.5]"  # the harness survived too: one of two tests passes
+    # The harness survived too: one of two tests passes. Under the opt-in `unshare` backend without root (found running
+    # the suites as a user, issue 35) the attack takes its own worker down with it: 0.0, the caller unharmed.
+    survivors = ("[0.5]", "[0.0]") if backend == "unshare" and os.geteuid() != 0 else ("[0.5]",)
+    assert done.stdout.strip() in survivors
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -22,7 +22,16 @@ from pathlib import Path
 from ..sandbox import launch as sandbox
 from ..sandbox import warm, worker
 from ..sandbox.inside import confine, zygote
-from ..sandbox.isolation import SANDBOX_UID_BASE, SANDBOX_UIDS, _python_mounts, is_root, sandbox_env, system_root_plan
+from ..sandbox.isolation import (
+    SANDBOX_UID_BASE,
+    SANDBOX_UIDS,
+    _python_mounts,
+    is_root,
+    sandbox_env,
+    system_root_plan,
+    tmp_rebinds,
+    with_kept_copies,
+)
 from . import judge
 from .broker import Broker, BrokerClient
 from .records import JudgeJob, Verdict
@@ -67,7 +76,8 @@ def judge_isolated(job: JudgeJob) -> Verdict | str | None:
     """The pool's entry point: `judge.judge_tests(job)` in a confined process (see the module docstring). Returns
     its verdict, or `OVERRAN` when it ran past `row_deadline_s`."""
     if not confinement_works():
-        return _judge_unconfined(job)
+        # Unconfined only when a weak backend was asked for by name; else no verdict (the reward refused earlier).
+        return _judge_unconfined(job) if job.backend in sandbox.WEAK_BACKENDS else None
     deadline = time.monotonic() + row_deadline_s(job.limits.wall_s)
     uid = JUDGE_UID_BASE + os.getpid() % SANDBOX_UIDS  # one per pool process: it judges one attempt at a time
     with contextlib.ExitStack() as stack:
@@ -134,6 +144,7 @@ def _child(job: JudgeJob, root: str, uid: int, sock_fd: int, result_write: int, 
         if not confine.die_with_parent() or os.getppid() != parent:  # the pool process died before that took effect
             return
         confine.keep_only(sock_fd, result_write)
+        _own_user_namespace()
         confine.unshare(_NAMESPACES)
         inner = os.fork()  # the first process of the new PID namespace: it can mount a /proc of its own
         if inner == 0:
@@ -182,7 +193,14 @@ def _exit_failed(error: BaseException) -> None:
 
 
 def _judge_root_plan() -> list[list[str]]:
-    return system_root_plan() + [["ro", path, path] for path in read_only_roots()]
+    return with_kept_copies(system_root_plan() + [["ro", path, path] for path in read_only_roots()])
+
+
+def _own_user_namespace() -> None:
+    """Without root, the namespaces that follow are made inside a user namespace of this user's (see
+    `confine.enter_user_namespace`); as root, in the host's."""
+    if not is_root():
+        confine.enter_user_namespace()
 
 
 def _build_root(root: str, uid: int) -> None:
@@ -192,7 +210,8 @@ def _build_root(root: str, uid: int) -> None:
     confine.mount("proc", str(top / "proc"), "proc", confine.MS_NOSUID | confine.MS_NODEV | confine.MS_NOEXEC)
     os.chmod(top / "tmp", 0o1777)  # on the root's own tmpfs: the judge's writes stay inside its size cap
     (top / JUDGE_WORKDIR.lstrip("/")).mkdir(mode=0o700)
-    os.chown(top / JUDGE_WORKDIR.lstrip("/"), uid, uid)
+    if is_root():  # without root the attempt's uid is the user's own, which owns it already
+        os.chown(top / JUDGE_WORKDIR.lstrip("/"), uid, uid)
     os.chroot(root)
     os.chdir(JUDGE_WORKDIR)
 
@@ -208,7 +227,10 @@ def read_only_roots() -> list[str]:
 
 
 def _drop_to(uid: int) -> None:
-    confine.drop_to(uid, JUDGE_PROCESSES)
+    if is_root():
+        confine.drop_to(uid, JUDGE_PROCESSES)
+    else:
+        confine.drop_capabilities(JUDGE_PROCESSES)  # the user's uid: see `confine.drop_capabilities`
     _judge_environment()
 
 
@@ -239,7 +261,8 @@ def _fork_judge_zygote() -> warm.Zygote:
             os.setpgid(0, 0)
             confine.keep_only(theirs.fileno())  # the pool's pipes to the trainer among what it closes
             _judge_environment()
-            config = {"root": root, "plan": plan, "tmpfs_mb": 8, "name": "gspo-zygote-jdg"}
+            config = {"root": root, "plan": plan, "tmpfs_mb": 8, "name": "gspo-zygote-jdg",
+                      "user_namespace": not is_root()}  # fmt: skip
             own_pid_namespace = zygote.become_zygote(config)
             theirs.send(b'["ready"]')
             zygote.serve(theirs, _judge_payload, own_pid_namespace)
@@ -248,7 +271,7 @@ def _fork_judge_zygote() -> warm.Zygote:
                 theirs.send(json.dumps(["failed", getattr(error, "errno", 0) or 0, str(error)[:200]]).encode())
         os._exit(1)
     theirs.close()
-    started = warm.Zygote(pid, ours, root, JUDGE_WORKDIR, "gspo-judge")
+    started = warm.Zygote(pid, ours, root, JUDGE_WORKDIR, "gspo-judge", tmp_rebinds(plan))
     try:
         ours.settimeout(60.0)
         started.expect_ready()
@@ -273,11 +296,11 @@ _warned = False
 
 
 def confinement_works() -> bool:
-    """Whether this machine lets the judge be confined (root, with mount and PID namespaces): tried once per
-    process, by confining a judge with nothing to judge."""
+    """Whether this machine lets the judge be confined (mount and PID namespaces: as root, or inside a user namespace
+    of the user's): tried once per process, by confining a judge with nothing to judge."""
     global _works
     if _works is None:
-        _works = is_root() and _try_confinement()
+        _works = _try_confinement()
     return _works
 
 
@@ -289,23 +312,43 @@ def _try_confinement() -> bool:
             status = 1
             try:
                 confine.keep_only()
+                _own_user_namespace()
                 confine.unshare(confine.CLONE_NEWNS | confine.CLONE_NEWPID | confine.CLONE_NEWNET)
                 inner = os.fork()
                 if inner == 0:
                     try:
                         _build_root(root, JUDGE_UID_BASE)
                         _drop_to(JUDGE_UID_BASE)
-                        os._exit(0 if os.getcwd() == JUDGE_WORKDIR and not os.path.exists(root) else 1)
+                        if os.getcwd() != JUDGE_WORKDIR or os.path.exists(root):
+                            os._exit(1)
+                        os._exit(0 if _can_import_pytest() else UNREADABLE)
                     finally:
                         os._exit(1)
                 status = os.waitstatus_to_exitcode(os.waitpid(inner, 0)[1])
             finally:
                 os._exit(status & 0xFF)
-        return os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]) == 0
+        status = os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
+        if status == UNREADABLE:
+            global unreadable_roots
+            unreadable_roots = [path for path in read_only_roots() if os.stat(path).st_mode & 0o005 != 0o005]
+        return status == 0
     except OSError:
         return False
     finally:
         os.rmdir(root)
+
+
+UNREADABLE = 3  # the probe's status when the confined judge, as its own uid, cannot import pytest
+unreadable_roots: list[str] | None = None  # then: the interpreter's directories other users cannot read
+
+
+def _can_import_pytest() -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("pytest") is not None
+    except (ImportError, OSError, ValueError):
+        return False
 
 
 def _judge_unconfined(job: JudgeJob, quiet: bool = False):
@@ -314,7 +357,7 @@ def _judge_unconfined(job: JudgeJob, quiet: bool = False):
     if not _warned and not quiet:
         _warned = True
         warnings.warn(
-            "the code judge cannot be confined here (it needs root and mount/PID namespaces): the dataset's tests run "
+            "the code judge is not confined (a weak sandbox backend was asked for): the dataset's tests run "
             "in the reward worker, with the host filesystem visible, in a fresh private working directory per "
             "attempt",
             RuntimeWarning,

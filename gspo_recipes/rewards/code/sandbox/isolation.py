@@ -22,8 +22,22 @@ _UID_OFFSET = random.Random(os.getpid() ^ time.time_ns()).randrange(SANDBOX_UIDS
 WORKDIR_IN_BWRAP = "/tmp/work"
 
 
+def _host_root() -> bool:
+    # Root of the host, not of a user namespace (where a forked judge is uid 0 without any power over the host):
+    # found once, at import, in the process every sandbox is started from.
+    try:
+        full_map = Path("/proc/self/uid_map").read_text().split() == ["0", "0", "4294967295"]
+    except OSError:
+        full_map = True
+    return os.geteuid() == 0 and full_map
+
+
+_HOST_ROOT = _host_root()
+
+
 def is_root() -> bool:
-    return os.geteuid() == 0
+    """Whether this process runs as the host's root (cached at import: see `_host_root`)."""
+    return _HOST_ROOT
 
 
 _slot_lock = threading.Lock()
@@ -76,10 +90,10 @@ def drop_privileges(uid: int) -> list[str]:
     ]  # fmt: skip
 
 
-def bwrap_prefix(uid: int, tmpfs_mb: int) -> list[str]:
-    """bubblewrap: a read-only minimal root with the interpreter, a private `tmpfs_mb` MB /tmp, no network, new
-    PID/IPC/UTS namespaces, and a process that dies with its parent."""
-    command = ["bwrap", "--die-with-parent", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts"]
+def bwrap_prefix(binary: str, uid: int, tmpfs_mb: int) -> list[str]:
+    """bubblewrap (`binary`: `bwrap_binary.py`): a read-only minimal root with the interpreter, a private `tmpfs_mb`
+    MB /tmp, no network, new PID/IPC/UTS namespaces, and a process that dies with its parent."""
+    command = [binary, "--die-with-parent", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts"]
     command += ["--unshare-cgroup-try", "--hostname", "sandbox"]
     if not is_root():
         command.append("--unshare-user")  # unprivileged bwrap needs a user namespace; root drops to a uid instead
@@ -137,13 +151,29 @@ def system_root_plan() -> list[list[str]]:
     return plan + [["dir", "", path] for path in ("/proc", "/tmp", "/dev/shm")]
 
 
-def program_root_plan() -> list[list[str]] | None:
-    """bwrap's root for the warm zygote (`zygote.py`): `system_root_plan` and the interpreter's directories, read-only.
-    None when the interpreter lives under /tmp, which each attempt's own /tmp would hide."""
-    mounts = _python_mounts()
-    if any(root == "/tmp" or root.startswith("/tmp/") for root in mounts):
-        return None
-    return system_root_plan() + [["ro", root, root] for root in mounts]
+def program_root_plan() -> list[list[str]]:
+    """bwrap's root for the warm zygote (`zygote.py`): `system_root_plan` and the interpreter's directories, read-only
+    (with a kept copy of those under /tmp, see `with_kept_copies`)."""
+    return with_kept_copies(system_root_plan() + [["ro", root, root] for root in _python_mounts()])
+
+
+KEPT_UNDER = "/.gspo-kept"  # in a zygote's root: what each attempt's own /tmp and /dev/shm would hide
+
+
+def with_kept_copies(plan: list[list[str]]) -> list[list[str]]:
+    """`plan`, with each read-only directory under /tmp or /dev/shm (an interpreter or venv there) also bound at
+    KEPT_UNDER + its path: each attempt mounts a fresh /tmp over the original and binds it back from there."""
+    kept = [["ro", source, KEPT_UNDER + target] for kind, source, target in plan if kind == "ro" and _hidden(target)]
+    return plan + kept
+
+
+def tmp_rebinds(plan: list[list[str]]) -> list[list[str]]:
+    """[kept copy, path] for each directory an attempt binds back after mounting its own /tmp (`with_kept_copies`)."""
+    return [[target, target[len(KEPT_UNDER) :]] for kind, _, target in plan if target.startswith(KEPT_UNDER + "/")]
+
+
+def _hidden(path: str) -> bool:
+    return any(path == top or path.startswith(top + "/") for top in ("/tmp", "/dev/shm"))
 
 
 def _python_binds() -> list[str]:
@@ -158,9 +188,20 @@ def _python_binds() -> list[str]:
     return binds
 
 
+def site_dirs() -> list[str]:
+    """Where the interpreter's packages are: its site-packages and, when Python uses it, the user's site directory."""
+    import site
+    import sysconfig
+
+    dirs = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+    if site.ENABLE_USER_SITE and os.path.isdir(site.getusersitepackages()):
+        dirs.add(site.getusersitepackages())
+    return sorted(dirs)
+
+
 def _python_mounts() -> list[str]:
     """Directories the interpreter and its packages live in, outside /usr (a venv, pyenv, conda...)."""
-    roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, *site_dirs()}
     roots |= {os.path.realpath(root) for root in roots}
     roots |= {str(Path(os.path.realpath(sys.executable)).parent.parent)}
     roots = sorted(root for root in roots if not root.startswith("/usr/") and root != "/usr" and os.path.isdir(root))

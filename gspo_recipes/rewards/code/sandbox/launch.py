@@ -14,13 +14,12 @@ import shutil
 import signal
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import threading
 import time
-import warnings
 from pathlib import Path
 
+from . import bwrap_binary
 from .attempt_limits import POLL_S, AttemptGuard, orphan_uid
 from .inside.assembly import HARNESS_SOURCE
 from .isolation import (  # noqa: F401 (SANDBOX_UID_BASE, SANDBOX_UIDS: this module's public names, kept importable)
@@ -30,6 +29,7 @@ from .isolation import (  # noqa: F401 (SANDBOX_UID_BASE, SANDBOX_UIDS: this mod
     drop_privileges,
     is_root,
     sandbox_env,
+    site_dirs,
     uid_slot,
     unshare_prefix,
 )
@@ -40,7 +40,7 @@ BACKENDS = ("bwrap", "unshare", "plain")
 # The interpreter every sandbox runs, normalised: `venv/../.venv/bin/python` names a directory the sandbox's root
 # does not have (and a program's `sys.executable` is this path, on the warm path and the per-attempt one alike).
 PYTHON = os.path.abspath(sys.executable)
-SITE_DIRS = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
+SITE_DIRS = site_dirs()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,33 +118,38 @@ class SandboxUnavailable(RuntimeError):
 
 _probe_lock = threading.Lock()
 _probed: dict[str, bool] = {}
-_warned_weak = False
+WEAK_BACKENDS = ("unshare", "plain")
 
 
 def resolve_backend(backend: str | None = None) -> str:
-    """The backend runs will use: the one asked for (argument, then `GSPO_SANDBOX_BACKEND`), or the strongest that
-    works here."""
-    global _warned_weak
-    requested = backend or os.environ.get("GSPO_SANDBOX_BACKEND", "auto")
-    if requested != "auto":
-        if requested not in BACKENDS:
-            raise ValueError(f"unknown sandbox backend {requested!r}; choose from {BACKENDS} or 'auto'")
-        if not _works(requested):
-            raise SandboxUnavailable(f"sandbox backend {requested!r} does not work on this machine")
-        return requested
-    for candidate in BACKENDS:
-        if _works(candidate):
-            if candidate != "bwrap" and not _warned_weak:
-                _warned_weak = True
-                warnings.warn(
-                    f"bubblewrap (bwrap) is not usable here; model code runs under the weaker {candidate!r} sandbox: "
-                    f"it sees the host filesystem{' and network' if candidate == 'plain' else ''}. "
-                    "Install the `bubblewrap` package for full isolation.",
-                    RuntimeWarning,
-                    stacklevel=3,
-                )
-            return candidate
-    raise SandboxUnavailable("no sandbox backend works on this machine")
+    """The backend runs will use: the one asked for (argument, then `GSPO_SANDBOX_BACKEND`), else bwrap.
+
+    Only bwrap is full strength; `unshare` and `plain` see the host filesystem and run only when asked for by name
+    (`weak_sandbox_note` says so). Raises `SandboxUnavailable`, with what is missing, why and the fix, when the
+    backend asked for (or bwrap) does not work here: never a silent step down."""
+    requested = backend or os.environ.get("GSPO_SANDBOX_BACKEND") or "auto"
+    if requested == "auto":
+        requested = "bwrap"
+    if requested not in BACKENDS:
+        raise ValueError(
+            f"unknown sandbox backend {requested!r} (argument or GSPO_SANDBOX_BACKEND): use one of {BACKENDS} or 'auto'"
+        )
+    if not _works(requested):
+        if requested == "bwrap":
+            raise SandboxUnavailable(bwrap_binary.why_not())
+        raise SandboxUnavailable(f"sandbox backend {requested!r} does not work on this machine")
+    return requested
+
+
+def weak_sandbox_note(backend: str) -> str | None:
+    """What a run must say on every start when model code runs under a weaker backend (None for bwrap)."""
+    if backend not in WEAK_BACKENDS:
+        return None
+    sees = "the host filesystem" + (" and network, as your own user" if backend == "plain" else "")
+    return (
+        f"WEAK SANDBOX: model code and the dataset's tests run under the {backend!r} backend, asked for by "
+        f"GSPO_SANDBOX_BACKEND or backend=: they can read and write {sees}. Unset it for bubblewrap's full sandbox."
+    )
 
 
 def _works(backend: str) -> bool:
@@ -155,7 +160,7 @@ def _works(backend: str) -> bool:
 
 
 def _probe(backend: str) -> bool:
-    if backend == "bwrap" and not shutil.which("bwrap"):
+    if backend == "bwrap" and bwrap_binary.bwrap_path() is None:
         return False
     if backend == "unshare" and not shutil.which("unshare"):
         return False
@@ -193,7 +198,8 @@ def _spawn(backend, uid, limits, extra_fds, pipe_stdin, capture_stdout, capture_
     and are appended to its arguments."""
     host_workdir = None
     if backend == "bwrap":
-        prefix, cwd, env = bwrap_prefix(uid, limits.tmpfs_mb), "/", {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+        prefix = bwrap_prefix(bwrap_binary.bwrap_path(), uid, limits.tmpfs_mb)
+        cwd, env = "/", {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
     else:
         host_workdir = tempfile.mkdtemp(prefix="gspo-sandbox-")
         if is_root():

@@ -9,7 +9,6 @@ import atexit
 import contextlib
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -17,7 +16,7 @@ import tempfile
 import threading
 import warnings
 
-from .isolation import WORKDIR_IN_BWRAP, is_root, program_root_plan, sandbox_env
+from .isolation import WORKDIR_IN_BWRAP, is_root, program_root_plan, sandbox_env, tmp_rebinds
 
 _START_TIMEOUT_S = 60.0
 _ATTEMPT_START_TIMEOUT_S = 30.0
@@ -47,6 +46,19 @@ class WarmProcess:
             os.close(self._pidfd)
 
 
+def _host_pid(pidfd: int, fallback: int) -> int:
+    """The process's pid as this process sees it: a zygote without root is in a PID namespace of its own, and the
+    number it reports is its own namespace's."""
+    try:
+        with open(f"/proc/self/fdinfo/{pidfd}") as info:
+            for line in info:
+                if line.startswith("Pid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return fallback
+
+
 def _readable(fd: int, timeout_s: float) -> bool:
     import select
 
@@ -57,9 +69,11 @@ class Zygote:
     """One zygote process (`zygote.py`) and the socket to it; `Zygote.program()` starts the program zygote.
     `start_attempt` is safe from any thread (one at a time)."""
 
-    def __init__(self, pid: int, sock: socket.socket, root: str, workdir: str, attempt_name: str):
+    def __init__(self, pid: int, sock: socket.socket, root: str, workdir: str, attempt_name: str,
+                 rebind: list[list[str]] = ()):  # fmt: skip
         self.pid, self.sock, self.root, self.workdir = pid, sock, root, workdir
         self.attempt_name = attempt_name  # what `ps` calls its attempts
+        self.rebind = [list(pair) for pair in rebind]  # (kept copy, path under /tmp) for each attempt to bind again
         self._pidfd = os.pidfd_open(pid)
         self._lock = threading.Lock()
 
@@ -70,8 +84,6 @@ class Zygote:
         from .launch import PYTHON, SITE_DIRS
 
         plan = program_root_plan()
-        if plan is None:
-            raise ZygoteFailed(0, "the interpreter lives under /tmp, which every attempt's own /tmp would hide")
         root = tempfile.mkdtemp(prefix="gspo-zygote-root-")  # stays empty on the host
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
@@ -85,10 +97,10 @@ class Zygote:
             ours.close()
             os.rmdir(root)
             raise
-        zygote = cls(process.pid, ours, root, WORKDIR_IN_BWRAP, "gspo-program")
+        zygote = cls(process.pid, ours, root, WORKDIR_IN_BWRAP, "gspo-program", tmp_rebinds(plan))
         zygote._popen = process  # reaped by `close`
         config = {"root": root, "plan": plan, "sys_path": SITE_DIRS, "tmpfs_mb": _ROOT_TMPFS_MB,
-                  "name": "gspo-zygote-prog", "loopback": True}  # fmt: skip
+                  "name": "gspo-zygote-prog", "loopback": True, "user_namespace": not is_root()}  # fmt: skip
         try:
             ours.settimeout(_START_TIMEOUT_S)
             ours.send(json.dumps(config).encode())
@@ -114,7 +126,7 @@ class Zygote:
         """Fork an attempt that runs as `uid` with its own `tmpfs_mb` MB /tmp and at most `processes` processes, and
         hands the payload `fds` (the caller keeps and closes its own copies)."""
         request = {"uid": uid, "tmpfs_mb": tmpfs_mb, "processes": processes, "workdir": self.workdir,
-                   "name": self.attempt_name}  # fmt: skip
+                   "name": self.attempt_name, "rebind": self.rebind, "user_namespace": not is_root()}  # fmt: skip
         with self._lock:
             try:
                 self.sock.settimeout(_ATTEMPT_START_TIMEOUT_S)
@@ -130,7 +142,7 @@ class Zygote:
             if not message:
                 self.close()
             raise ZygoteFailed(reply[1] if len(reply) > 1 else 0, f"no attempt: {reply[-1]}")
-        return WarmProcess(reply[1], pidfds[0])
+        return WarmProcess(_host_pid(pidfds[0], reply[1]), pidfds[0])
 
     def start_with_job(self, uid: int, tmpfs_mb: int, processes: int, fds: tuple[int, int]) -> tuple[WarmProcess, int]:
         """`start_attempt` with a fresh job pipe in front of the payload's `fds`: (the attempt, the write end of its
@@ -207,10 +219,10 @@ class ZygoteSlot:
 
 
 def _start_program_zygote() -> Zygote:
-    if not is_root():
-        raise ZygoteFailed(0, "it needs root (to build bwrap's confinement itself)")
-    if shutil.which("bwrap") is None:  # the per-attempt path needs it; so does "bwrap" meaning what it says
-        raise ZygoteFailed(0, "bubblewrap is not installed")
+    from .bwrap_binary import bwrap_path
+
+    if bwrap_path() is None:  # the per-attempt path needs it; so does "bwrap" meaning what it says
+        raise ZygoteFailed(0, "bubblewrap does not work here")
     return Zygote.program()
 
 

@@ -26,6 +26,8 @@ def become_zygote(config):
     if not confine.die_with_parent():
         os._exit(1)
     confine.set_name(config["name"])
+    if config.get("user_namespace"):
+        _own_user_and_pid_namespaces()
     own_pid_namespace = os.open("/proc/self/ns/pid", os.O_RDONLY)  # see `_start_attempt`; no /proc after chroot
     confine.unshare(confine.CLONE_NEWNS | confine.CLONE_NEWNET)
     if config.get("loopback"):
@@ -37,6 +39,23 @@ def become_zygote(config):
     os.chroot(config["root"])
     os.chdir("/")
     return own_pid_namespace
+
+
+def _own_user_and_pid_namespaces():
+    """Without root: the zygote enters a user namespace of its own (as its user's uid), and becomes the first
+    process of a PID namespace that namespace owns, so that `_start_attempt` may step back into it after each attempt
+    (the host's is not ours to enter). The process the host started stays as a shim: it waits, and exits with it."""
+    import os
+
+    confine.enter_user_namespace()
+    confine.unshare(confine.CLONE_NEWPID)
+    child = os.fork()
+    if child != 0:
+        confine.keep_only()  # the zygote's socket closes with the zygote alone
+        status = os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
+        os._exit(status & 0xFF)
+    if not confine.die_with_parent():
+        os._exit(1)
 
 
 def serve(sock, payload, own_pid_namespace):
@@ -166,13 +185,18 @@ def _attempt(request, fds, payload):
         confine.mount_tmpfs("/tmp", request["tmpfs_mb"])
         confine.mount_tmpfs("/dev/shm", request["tmpfs_mb"])
         socket.sethostname("sandbox")
+        for kept, target in request.get("rebind", ()):  # an interpreter under /tmp, hidden by the new /tmp
+            confine.bind_read_only(kept, target)
         uid, workdir = request["uid"], request["workdir"]
         os.mkdir(workdir, 0o700)
-        os.chown(workdir, uid, uid)
         os.chdir(workdir)
         if _PER_ATTEMPT["reaper"]:
             _become_init(fds)  # returns in the payload's process only
-        confine.drop_to(uid, request["processes"])
+        if request.get("user_namespace"):  # no uid but the user's: it owns the workdir already
+            confine.drop_capabilities(request["processes"])
+        else:
+            os.chown(workdir, uid, uid)
+            confine.drop_to(uid, request["processes"])
     except BaseException:  # noqa: BLE001 (no confinement, no attempt: the judge sees a worker that never got ready)
         os._exit(1)
     payload(fds)
