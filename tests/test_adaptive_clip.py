@@ -8,7 +8,7 @@ import math
 
 import pytest
 import torch
-from conftest import digit_count_reward, tiny_config
+from support import digit_count_reward, tiny_config
 
 from gspo_recipes.stats.adaptive_clip import (
     BOUND_FACTOR,
@@ -376,7 +376,7 @@ def test_adaptive_config_refuses_settings_it_cannot_control(tmp_path, overrides,
 
 @pytest.mark.slow
 def test_adaptive_two_gloo_processes_decide_identically_and_resume(tmp_path):
-    from conftest import launch_two_cpu_processes
+    from support import launch_two_cpu_processes
 
     full, resumed = tmp_path / "full.json", tmp_path / "resumed.json"
     launch_two_cpu_processes("two_process_adaptive_clip.py", str(tmp_path / "run"), str(full), cwd=tmp_path)

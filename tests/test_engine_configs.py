@@ -12,7 +12,7 @@ import sys
 
 import pytest
 import torch
-from conftest import SCRIPTS
+from support import SCRIPTS
 
 from gspo_recipes.trainer.engine import follow_training_precision, unengaged_engine
 
