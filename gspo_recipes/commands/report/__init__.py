@@ -36,6 +36,7 @@ from gspo_recipes.commands.report.series import (  # noqa: F401 (re-exported)
     spread_by_length,
 )
 from gspo_recipes.runfiles.diagnostics import DIAGNOSTICS_FILE, has_responses, read_diagnostics
+from gspo_recipes.runfiles.output_dir import remove_report
 from gspo_recipes.runfiles.run_warnings import recorded_warnings
 
 SUMMARY_FILE = "gspo_report.txt"
@@ -231,6 +232,9 @@ def report(run_dir: str, bins: int = 60, quiet_steps: int = 20) -> int:
     warnings = health_warnings(lines, learning_rates_by_step(log_history), quiet_steps)
     spread = spread_by_length(lines)
     figures, code = [], 0
+    # The figures of an earlier report are removed, not left beside these: a figure this run no longer draws (no
+    # held-out evaluation now, say) would otherwise be read as this run's.
+    remove_report(run_dir)
     try:
         import matplotlib  # noqa: F401
     except ImportError:
