@@ -6,7 +6,8 @@ sampling its "dynamic_sampling" sections. Pure functions over the parsed lines, 
 from __future__ import annotations
 
 from gspo_recipes.commands.report.figures import pyplot, save
-from gspo_recipes.stats.groups import LowSignalWarning, group_fractions
+
+# gspo_recipes.stats.groups (torch) is imported in the functions that use it: `gspo report --help` imports this module.
 
 GROUPS_FIGURE = "gspo_groups.png"
 SERIES = ("solve_all_frac", "solve_none_frac", "zero_std_frac", "effective_frac")
@@ -14,6 +15,8 @@ SERIES = ("solve_all_frac", "solve_none_frac", "zero_std_frac", "effective_frac"
 
 def groups_series(lines: list[dict]) -> dict[str, list[float]]:
     """Per logged line with a groups section: its step and the gspo/groups/* fractions (short names)."""
+    from gspo_recipes.stats.groups import group_fractions
+
     out: dict[str, list[float]] = {"step": [], **{name: [] for name in SERIES}}
     for line in lines:
         counts = line.get("groups")
@@ -27,6 +30,8 @@ def groups_series(lines: list[dict]) -> dict[str, list[float]]:
 
 def groups_summary(lines: list[dict]) -> list[str]:
     """Lines for gspo_report.txt: the pooled group fractions and, with dynamic sampling, what it generated."""
+    from gspo_recipes.stats.groups import LowSignalWarning, group_fractions
+
     total: dict[str, int] = {}
     sampled: dict[str, int] = {}
     for line in lines:

@@ -7,7 +7,8 @@ without it. Pure functions over the parsed lines, plus one figure.
 from __future__ import annotations
 
 from gspo_recipes.commands.report.figures import pyplot, save
-from gspo_recipes.stats.health import ONE_TOKEN_OUTLIER_LOG_RATIO
+
+# gspo_recipes.stats.health (torch) is imported where its rule is used: `gspo report --help` imports this module.
 
 ONE_TOKEN_FIGURE = "gspo_one_token_clips.png"
 
@@ -41,6 +42,8 @@ def outlier_clips(lines: list[dict]) -> tuple[int, int]:
     """(one-token clips by an outlier token, clipped off-policy responses), pooled over the lines: the in-run
     warning's own rule (`stats.health.ONE_TOKEN_OUTLIER_LOG_RATIO`), since a peaked model's ordinary drift makes most
     of its clips one-token clips by small moves, which a clamp would only distort."""
+    from gspo_recipes.stats.health import ONE_TOKEN_OUTLIER_LOG_RATIO
+
     outliers = clipped = 0
     for line in lines:
         drivers = line.get("off_policy", {}).get("one_token")
@@ -54,6 +57,8 @@ def outlier_clips(lines: list[dict]) -> tuple[int, int]:
 def one_token_summary(lines: list[dict]) -> list[str]:
     """The line for gspo_report.txt: the share of the clipped off-policy responses that an outlier token clips (what
     the in-run warning judges), then every one-token clip, overall and per length bucket."""
+    from gspo_recipes.stats.health import ONE_TOKEN_OUTLIER_LOG_RATIO
+
     recorded = [line for line in lines if has_one_token_counts(line)]
     if not recorded:
         return ["one-token clips: not recorded (a diagnostics file from before gspo/clip_frac/one_token)"]
