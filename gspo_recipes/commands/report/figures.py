@@ -59,8 +59,11 @@ def plot_heatmap(steps, grid, shares, lines, path: str) -> None:
     save(fig, plt, path)
 
 
-def plot_spread(spread, path: str, c: float | None) -> None:
-    """The spread of log s_i against length, with the fitted c / sqrt(L) line (`c` None: no fit)."""
+def plot_spread(spread, path: str, c: float | None, error: float | None = None, law: str = "") -> None:
+    """The spread of log s_i against length, with the fitted c / sqrt(L) line only where it fits: `error` (its rms
+    relative deviation, series.inverse_sqrt_fit_error) within series.FIT_TOLERANCE; else `law` says why not."""
+    from gspo_recipes.commands.report.series import FIT_TOLERANCE
+
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 4.5))
     points = [p for p in spread if p["std"] > 0]
@@ -71,8 +74,11 @@ def plot_spread(spread, path: str, c: float | None) -> None:
             ax.annotate(
                 f"n={p['values']}", (p["mean_length"], p["std"]), textcoords="offset points", xytext=(4, 4), fontsize=7
             )
-        span = np.geomspace(max(1.0, lengths.min() / 2), lengths.max() * 2, 50)
-        ax.loglog(span, c / np.sqrt(span), "k--", label=f"{c:.3g} / sqrt(L) (fitted)")
+        if c is not None and error is not None and error <= FIT_TOLERANCE:
+            span = np.geomspace(max(1.0, lengths.min() / 2), lengths.max() * 2, 50)
+            ax.loglog(span, c / np.sqrt(span), "k--", label=f"{c:.3g} / sqrt(L) (fitted, rms error {error:.0%})")
+        elif law:
+            ax.text(0.02, 0.02, law.replace(", so none", ",\nso none"), transform=ax.transAxes, fontsize=7, va="bottom")
         ax.legend(fontsize=8)
     else:
         ax.text(0.5, 0.5, "no off-policy spread to show", ha="center", transform=ax.transAxes)
