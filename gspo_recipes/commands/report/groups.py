@@ -62,7 +62,10 @@ def groups_summary(lines: list[dict]) -> list[str]:
 
 
 def plot_groups(lines: list[dict], path: str) -> bool:
-    """The four fractions over steps; False (no figure) when no line has a groups section."""
+    """The four fractions over steps, with the low-signal warning's threshold, which is effective_frac's; False (no
+    figure) when no line has a groups section."""
+    from gspo_recipes.stats.groups import LowSignalWarning
+
     series = groups_series(lines)
     if not series["step"]:
         return False
@@ -71,7 +74,8 @@ def plot_groups(lines: list[dict], path: str) -> bool:
     styles = {"effective_frac": "k-", "zero_std_frac": "r--", "solve_all_frac": "g:", "solve_none_frac": "b:"}
     for name in SERIES:
         ax.plot(series["step"], series[name], styles[name], marker="o", ms=3, label=name)
-    ax.axhline(0.25, color="grey", lw=0.8, label="low-signal threshold")
+    threshold = LowSignalWarning().threshold
+    ax.axhline(threshold, color="k", lw=0.8, ls=":", label=f"effective_frac warning below {threshold:g} (pooled)")
     ax.set(xlabel="step", ylabel="share", ylim=(-0.02, 1.02), title="groups that carry signal (signal reward)")
     ax.legend(fontsize=8)
     save(fig, plt, path)
