@@ -30,7 +30,9 @@ def heldout_summary(lines: list[dict]) -> list[str]:
             f"{metric} {first['rewards'].get(name, {}).get(metric, float('nan')):.3f} -> {value:.3f}"
             for metric, value in last["rewards"][name].items()
         )
-        train = [s.get("train_reward") for s in (first, last)]
+        # The evaluation before training has no training reward yet: the first one that has.
+        train = [next((s["train_reward"] for s in sections if s.get("train_reward") is not None), None)]
+        train.append(last.get("train_reward"))
         trained = f"; training reward {train[0]:.3f} -> {train[1]:.3f}" if None not in train else ""
         out.append(
             f"held-out {name} ({last['prompts']} prompts, k={last['num_samples']}, {span}): {scores}{trained}; "
