@@ -2,7 +2,6 @@
 shows, and its "callbacks in an existing TRL run" snippet runs as written."""
 
 import os
-import re
 import subprocess
 import sys
 
@@ -20,8 +19,19 @@ def readme_section(title):
     return readme[start : end if end > 0 else None]
 
 
-def code_blocks(section, language=""):
-    return re.findall(rf"```{language}\n(.*?)```", section, re.DOTALL)
+def code_blocks(section, language=None):
+    """The fenced blocks of `section`, in order (those in `language` only, when given)."""
+    blocks, current, fence = [], None, ""
+    for line in section.splitlines():
+        if line.startswith("```") and current is None:
+            current, fence = [], line[3:].strip()
+        elif line.startswith("```"):
+            if language is None or fence == language:
+                blocks.append("\n".join(current) + "\n")
+            current = None
+        elif current is not None:
+            current.append(line)
+    return blocks
 
 
 def quick_start_commands():
