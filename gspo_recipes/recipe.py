@@ -17,10 +17,10 @@ from trl import ModelConfig, ScriptArguments, TrlParser
 
 import gspo_recipes.builtin as builtin
 from gspo_recipes.recipe_setup import (
-    check_extras,
+    check_extras,  # noqa: F401 (the recipes take these from here)
     check_names,
     check_spelling,
-    claim_output_dir,  # noqa: F401 (the recipes take these from here)
+    claim_output_dir,  # noqa: F401
     names_in_command_line,
     read_config,
     setup_errors,  # noqa: F401
@@ -93,17 +93,15 @@ def parse_args(script_args_class, offline_config: str, argv: list[str] | None = 
     With neither `--config` nor `--model_name_or_path`, the recipe's offline config is the base and every flag
     overrides one of its values (`--output_dir X --max_steps 50` keeps its model, data, learning rate...): without
     it, the run would fall to TRL's defaults. A model or dataset path that is not there, a misspelled flag or YAML
-    key or a missing tracker package ends the run with one line naming it; the paths are checked before torch is
-    imported (gspo_recipes/recipe_setup.py).
+    key ends the run with one line naming it; the paths are checked before torch is imported
+    (gspo_recipes/recipe_setup.py).
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     if not _has_flag(argv, "--config") and not _has_flag(argv, "--model_name_or_path"):
         argv = ["--config", offline_config, *argv]
     config = read_config(argv)
     check_names(names_in_command_line(argv, config, ("model_name_or_path", "dataset_name", "heldout_dataset")))
-    script_args, training_args, model_args = _parse(script_args_class, argv, config)
-    check_extras(training_args)
-    return script_args, training_args, model_args
+    return _parse(script_args_class, argv, config)
 
 
 def _parse(script_args_class, argv: list[str], config: dict):

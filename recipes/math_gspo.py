@@ -25,6 +25,7 @@ from gspo_recipes.recipe import (
     add_heldout_eval,
     as_prompt,
     banner,
+    check_extras,
     claim_output_dir,
     describe,
     end_banner,
@@ -49,7 +50,9 @@ def main():
     # run here) ends the run with one message naming its cause; GSPO_DEBUG=1 shows the traceback.
     with setup_errors():
         script_args, training_args, model_args = parse_args(RecipeArguments, OFFLINE_CONFIG)
-        # A run cut short in output_dir is resumed from its last checkpoint; a finished one is not trained over.
+        # The packages the settings need (a tracker, vLLM); then what output_dir holds: a run cut short is resumed
+        # from its last checkpoint, a finished one is not trained over.
+        check_extras(training_args)
         claim_output_dir(training_args, overwrite=script_args.overwrite_output_dir)
 
         # 1. Data, checked before any model is loaded.

@@ -247,13 +247,15 @@ def test_gsm8k_real_path_with_a_local_dataset_and_model(tmp_path):
 def test_missing_column_fails_before_loading_a_model(tmp_path):
     with open(tmp_path / "data.jsonl", "w") as f:
         f.write(json.dumps({"problem_text": "1+1?", "answer": "#### 2"}) + "\n")
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")  # a model folder that fails to load, were it loaded
     result = run(
         [
             os.path.join(RECIPES, "gsm8k_gspo.py"),
             "--dataset_name",
             str(tmp_path / "data.jsonl"),
             "--model_name_or_path",
-            "no/such-model",
+            str(tmp_path / "model"),
             "--output_dir",
             str(tmp_path / "out"),
         ],
@@ -263,7 +265,7 @@ def test_missing_column_fails_before_loading_a_model(tmp_path):
     assert result.returncode != 0
     assert "no column 'question'" in result.stderr
     assert "['problem_text', 'answer']" in result.stderr and "--column_map question=" in result.stderr
-    assert "Traceback" not in result.stderr and "no/such-model" not in result.stderr
+    assert "Traceback" not in result.stderr and str(tmp_path / "model") not in result.stderr
 
 
 def test_bad_yaml_key_names_the_field(tmp_path):
@@ -323,6 +325,8 @@ def test_a_model_or_a_config_replaces_the_offline_default(tmp_path, monkeypatch)
     """The offline YAML is the base only when neither names the model: a real run does not inherit the tiny one's
     learning rate or data."""
     from gspo_recipes import GSPOConfig
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)  # offline, a hub name not in the cache fails before parsing
 
     _, training_args, model_args = parse_recipe(
         "gsm8k_gspo.py", ["--model_name_or_path=some/model", "--output_dir", str(tmp_path)], monkeypatch
