@@ -10,6 +10,7 @@ import json
 import os
 import random
 import sys
+import textwrap
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -305,12 +306,19 @@ def model_and_tokenizer(model_args: ModelConfig, training_args: GSPOConfig):
         "dtype": model_args.dtype,
     }
     training_args.model_init_kwargs = {**init_kwargs, **(training_args.model_init_kwargs or {})}
-    tokenizer = AutoTokenizer.from_pretrained(
-        model_args.model_name_or_path,
-        revision=model_args.model_revision,
-        padding_side="left",
-        trust_remote_code=training_args.trust_remote_code,
-    )
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(
+            model_args.model_name_or_path,
+            revision=model_args.model_revision,
+            padding_side="left",
+            trust_remote_code=training_args.trust_remote_code,
+        )
+    except (OSError, ValueError) as error:  # the first thing read from the model: name what to check, not where
+        why = textwrap.shorten(" ".join(str(error).split()) or type(error).__name__, 240, placeholder=" ...")
+        raise SystemExit(
+            f"error: --model_name_or_path {model_args.model_name_or_path}: its tokenizer did not load ({why}). "
+            "Give a folder that save_pretrained() wrote for the model and its tokenizer, or a hub name."
+        ) from None
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return model_args.model_name_or_path, tokenizer

@@ -168,3 +168,17 @@ def test_a_folder_without_a_run_is_used_as_it_is(tmp_path):
     args = args_for(tmp_path)
     claim_output_dir(args, overwrite=False)
     assert args.resume_from_checkpoint is None and (tmp_path / "notes.md").exists()
+
+
+def test_a_model_folder_without_a_tokenizer_names_the_flag_and_the_fix(tmp_path):
+    from trl import ModelConfig
+
+    from gspo_recipes.recipe import model_and_tokenizer
+
+    (tmp_path / "config.json").write_text("{}")
+    args = SimpleNamespace(trust_remote_code=False, model_init_kwargs=None)
+    with pytest.raises(SystemExit) as stop:
+        model_and_tokenizer(ModelConfig(model_name_or_path=str(tmp_path)), args)
+    message = str(stop.value)
+    assert message.startswith(f"error: --model_name_or_path {tmp_path}: its tokenizer did not load (")
+    assert "save_pretrained()" in message and "\n" not in message
