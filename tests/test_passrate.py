@@ -208,3 +208,10 @@ def test_passrate_help_all_is_trls_whole_set(capsys):
         gspo(["passrate", "--help-all"])
     out = capsys.readouterr().out
     assert "--gradient_accumulation_steps" in out and "--keep" in out
+
+
+def test_a_misspelled_flag_gets_did_you_mean(capsys):
+    with pytest.raises(SystemExit) as stop:
+        gspo(["passrate", "--num_generation", "4"])
+    assert stop.value.code == 2
+    assert "--num_generation: did you mean --num_generations or" in capsys.readouterr().err

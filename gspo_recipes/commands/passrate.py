@@ -65,11 +65,14 @@ def parse(argv: list[str]):
     from trl import ModelConfig, TrlParser
 
     from gspo_recipes.recipe import _has_flag
+    from gspo_recipes.recipe_setup import check_spelling, read_config
     from gspo_recipes.trainer.config import GSPOConfig
 
     if not _has_flag(argv, "--config") and not _has_flag(argv, "--model_name_or_path"):
         argv = [*OFFLINE_FLAGS, *argv]
     parser = TrlParser((_recipe_arguments(), GSPOConfig, ModelConfig), prog="gspo passrate")
+    if "--help" not in argv:  # a misspelled flag or YAML key: one line with the closest names, as in the recipes
+        check_spelling(parser, argv, read_config(argv))
     try:
         script_args, training_args, model_args = parser.parse_args_and_config(argv)
     except (ValueError, TypeError) as error:
