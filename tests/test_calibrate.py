@@ -10,8 +10,8 @@ import torch
 from conftest import digit_count_reward, launch_two_cpu_processes, tiny_config
 
 from gspo_recipes import GSPOTrainer
+from gspo_recipes.commands.calibrate import calibrate_epsilons
 from gspo_recipes.commands.cli import main as gspo
-from gspo_recipes.stats.calibration import calibrate_epsilons
 
 
 def write_diagnostics(folder, lines):

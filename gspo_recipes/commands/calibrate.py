@@ -213,3 +213,12 @@ def register(subparsers) -> None:
         "max_completion_length)",
     )
     parser.set_defaults(func=run)
+
+
+def __getattr__(name):
+    # calibrate_epsilons was importable from here when this module imported it at the top; it still is, lazily.
+    if name == "calibrate_epsilons":
+        from gspo_recipes.stats.calibration import calibrate_epsilons
+
+        return calibrate_epsilons
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
