@@ -14,7 +14,9 @@ repetition_penalty, max_completion_length, generation_kwargs), scores them, and 
     heldout/{reward}/maj@{k}                            (math graders only: majority vote over the final answers)
     heldout/{reward}/greedy, heldout/mean_length (sampled completions, tokens), heldout/seconds
 
-and the same, with a few prompts' samples, as the `heldout` section of that step's diagnostics line (needs
+It also evaluates once before the first step of a fresh run: the start of every held-out series, in the
+`heldout_start` section of the first diagnostics line (step 0 in `gspo report`; trackers get no step 0). Each
+evaluation goes, with a few prompts' samples, into the `heldout` section of that step's diagnostics line (needs
 `gspo_diagnostics`, whose LogRatioHistogramCallback writes the file). It never makes the Trainer log: it evaluates
 at the first log on or after each multiple of `eval_steps` (and at the last step), so its figures carry the step of a
 log that happens anyway, and every other window (the `gspo/` statistics, TRL's metrics, the entropy check's) is the
@@ -61,6 +63,7 @@ logger = logging.getLogger(__name__)
 
 STATE_FILE = "heldout_eval.json"
 SAMPLES_KEPT = 4  # prompts whose completions go into the diagnostics line, to inspect when the warning fires
+START_SECTION = "heldout_start"  # the evaluation before training, in the first diagnostics line
 MAJORITY_GRADERS = ("gsm8k_accuracy", "math_accuracy")  # strict graders whose final answers compare
 
 
@@ -125,6 +128,9 @@ class HeldoutEvalCallback(TrainerCallback):
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.last_eval_step = state.global_step
+        if state.global_step == 0:  # where the policy starts: without it a rise or a fall has no baseline
+            _, section = self.evaluate(0)
+            self.trainer.__dict__.setdefault("gspo_diagnostics_sections", {})[START_SECTION] = section
         path = os.path.join(resumed_checkpoint(self.trainer) or checkpoint_folder(args, state), STATE_FILE)
         if state.global_step > 0 and os.path.exists(path):
             with open(path) as f:

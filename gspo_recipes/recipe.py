@@ -10,13 +10,27 @@ import json
 import os
 import random
 import sys
+import textwrap
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from trl import ModelConfig, ScriptArguments, TrlParser
 
 import gspo_recipes.builtin as builtin
+from gspo_recipes.recipe_setup import (
+    check_extras,  # noqa: F401 (the recipes take these from here)
+    check_names,
+    check_spelling,
+    claim_output_dir,  # noqa: F401
+    names_in_command_line,
+    read_config,
+    setup_errors,  # noqa: F401
+)
 from gspo_recipes.runfiles.diagnostics import diagnostics_path
-from gspo_recipes.trainer.config import GSPOConfig
+from gspo_recipes.runfiles.output_dir import FINISHED_MARK
+
+if TYPE_CHECKING:
+    from gspo_recipes.trainer.config import GSPOConfig
 
 LOCAL_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 
@@ -58,6 +72,13 @@ class RecipeArguments(ScriptArguments):
         default=None,
         metadata={"help": "Take the held-out prompts from this dataset (hub name, file, directory, builtin:NAME)."},
     )
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={
+            "help": "Start over when output_dir holds a run (its checkpoints, diagnostics and report are removed). "
+            "Without it a finished run is kept and the recipe stops; a run cut short resumes from its last checkpoint."
+        },
+    )
     use_chat_template: bool = field(
         default=True,
         metadata={
@@ -72,15 +93,32 @@ def parse_args(script_args_class, offline_config: str, argv: list[str] | None = 
 
     With neither `--config` nor `--model_name_or_path`, the recipe's offline config is the base and every flag
     overrides one of its values (`--output_dir X --max_steps 50` keeps its model, data, learning rate...): without
-    it, the run would fall to TRL's defaults. A bad YAML key or value ends the run with one line naming it, not a
-    stack trace.
+    it, the run would fall to TRL's defaults. A model or dataset path that is not there, a misspelled flag or YAML
+    key ends the run with one line naming it; the paths are checked before torch is imported
+    (gspo_recipes/recipe_setup.py).
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     if not _has_flag(argv, "--config") and not _has_flag(argv, "--model_name_or_path"):
         argv = ["--config", offline_config, *argv]
+    config = read_config(argv)
+    check_names(names_in_command_line(argv, config, ("model_name_or_path", "dataset_name", "heldout_dataset")))
+    return _parse(script_args_class, argv, config)
+
+
+def _parse(script_args_class, argv: list[str], config: dict):
+    import warnings
+
+    from gspo_recipes.trainer.config import GSPOConfig
+
     parser = TrlParser((script_args_class, GSPOConfig, ModelConfig))
+    if "-h" not in argv and "--help" not in argv:
+        check_spelling(parser, argv, config)
     try:
-        return parser.parse_args_and_config(argv)
+        with warnings.catch_warnings():
+            # TRL's own default (gradient_checkpointing=True) trips transformers' rename warning on every parse; the
+            # user set nothing, so there is nothing for them to change.
+            warnings.filterwarnings("ignore", message="`gradient_checkpointing", category=FutureWarning)
+            return parser.parse_args_and_config(argv)
     except (ValueError, TypeError) as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
@@ -268,12 +306,19 @@ def model_and_tokenizer(model_args: ModelConfig, training_args: GSPOConfig):
         "dtype": model_args.dtype,
     }
     training_args.model_init_kwargs = {**init_kwargs, **(training_args.model_init_kwargs or {})}
-    tokenizer = AutoTokenizer.from_pretrained(
-        model_args.model_name_or_path,
-        revision=model_args.model_revision,
-        padding_side="left",
-        trust_remote_code=training_args.trust_remote_code,
-    )
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(
+            model_args.model_name_or_path,
+            revision=model_args.model_revision,
+            padding_side="left",
+            trust_remote_code=training_args.trust_remote_code,
+        )
+    except (OSError, ValueError) as error:  # the first thing read from the model: name what to check, not where
+        why = textwrap.shorten(" ".join(str(error).split()) or type(error).__name__, 240, placeholder=" ...")
+        raise SystemExit(
+            f"error: --model_name_or_path {model_args.model_name_or_path}: its tokenizer did not load ({why}). "
+            "Give a folder that save_pretrained() wrote for the model and its tokenizer, or a hub name."
+        ) from None
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return model_args.model_name_or_path, tokenizer
@@ -321,7 +366,7 @@ def written_files(output_dir: str) -> list[str]:
     model = any(n.endswith((".safetensors", ".bin")) and n != "training_args.bin" for n in names)
     lines = [f"Done. Output in {output_dir}:"]
     lines.append("  model:       saved" if model else "  model:       not saved")
-    lines.append("  logs:        trainer_state.json" if "trainer_state.json" in names else "  logs:        none saved")
+    lines.append(f"  logs:        {FINISHED_MARK}" if FINISHED_MARK in names else "  logs:        none saved")
     if checkpoints:
         lines.append(f"  checkpoints: {len(checkpoints)} ({checkpoints[0]} .. {checkpoints[-1]})")
     else:

@@ -70,6 +70,10 @@ def test_logs_every_figure_writes_the_same_to_the_diagnostics_file_and_gspo_repo
     assert sections[2]["prompts"] == 8 and len(sections[2]["samples"]) == 4
     assert len(sections[2]["samples"][0]["sampled_text"]) == 4 and sections[2]["train_reward"] is not None
     assert trainer.model.training  # evaluation puts the model back in train mode
+    # Before the first step, the evaluation every series starts from: in the first line, not logged to trackers.
+    first_line = read_diagnostics(diagnostics_path(tmp_path))[0]
+    start = first_line["heldout_start"]
+    assert first_line["step"] == 1 and start["step"] == 0 and start["prompts"] == 8 and "train_reward" not in start
 
     # gspo report on this run: the figure beside the training reward, and one summary line per grader.
     pytest.importorskip("matplotlib")
@@ -81,8 +85,9 @@ def test_logs_every_figure_writes_the_same_to_the_diagnostics_file_and_gspo_repo
     summary = (tmp_path / "gspo_report.txt").read_text()
     held = [line for line in summary.splitlines() if line.startswith("held-out ")]
     assert [line.split()[1] for line in held] == ["has_digit", "gsm8k_accuracy"]
-    pass1 = logs[2]["heldout/has_digit/pass@1"], logs[3]["heldout/has_digit/pass@1"]
-    assert f"pass@1 {pass1[0]:.3f} -> {pass1[1]:.3f}" in held[0] and "maj@4" in held[1] and "steps 2-3" in held[0]
+    pass1 = start["rewards"]["has_digit"]["pass@1"], logs[3]["heldout/has_digit/pass@1"]
+    assert f"pass@1 {pass1[0]:.3f} -> {pass1[1]:.3f}" in held[0] and "maj@4" in held[1]
+    assert "steps 0-3, 3 evaluations" in held[0]
 
 
 def test_evaluation_leaves_the_training_run_unchanged(tmp_path):

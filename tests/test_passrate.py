@@ -164,3 +164,54 @@ def test_passrate_samples_with_trainings_generation_settings_not_the_models_file
         samples.append(sampler.generate(["1+1=", "2+2="], seed=(0, 1)))
     assert samples[0] == samples[1]
     assert len({text for group in samples[0][0] for text in group}) > 1  # sampled, not one greedy answer
+
+
+HEAVY = ("torch", "transformers", "trl.trainer.grpo_trainer", "datasets")
+HELP_PROBE = """
+import sys
+from gspo_recipes.commands.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit:
+    pass
+sys.stdout.flush()
+print("IMPORTED:" + ",".join(m for m in {heavy!r} if m in sys.modules), file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize("command", [[], ["passrate"], ["report"], ["calibrate"], ["simulate"], ["audit-reward"]])
+def test_every_help_is_short_and_imports_no_torch(command):
+    """`gspo ... --help` answers at once (no torch, transformers, TRL trainer or datasets import: those take seconds)
+    and in under 80 lines, our own options first."""
+    import subprocess
+    import sys
+
+    probe = HELP_PROBE.format(heavy=HEAVY)
+    result = subprocess.run(
+        [sys.executable, "-c", probe, *command, "--help"], capture_output=True, text=True, timeout=120
+    )
+    assert result.stderr.strip().splitlines()[-1] == "IMPORTED:", result.stderr
+    lines = result.stdout.splitlines()
+    assert 5 < len(lines) < 80 and lines[0].startswith("usage: gspo")
+
+
+def test_passrate_help_lists_its_own_options_and_points_to_help_all(capsys):
+    assert gspo(["passrate", "--help"]) == 0
+    out = capsys.readouterr().out
+    for option in ("--model_name_or_path", "--dataset_name", "--reward_funcs", "--num_generations", "--keep"):
+        assert option in out, option
+    assert "--help-all" in out and "--gradient_accumulation_steps" not in out
+
+
+def test_passrate_help_all_is_trls_whole_set(capsys):
+    with pytest.raises(SystemExit):
+        gspo(["passrate", "--help-all"])
+    out = capsys.readouterr().out
+    assert "--gradient_accumulation_steps" in out and "--keep" in out
+
+
+def test_a_misspelled_flag_gets_did_you_mean(capsys):
+    with pytest.raises(SystemExit) as stop:
+        gspo(["passrate", "--num_generation", "4"])
+    assert stop.value.code == 2
+    assert "--num_generation: did you mean --num_generations or" in capsys.readouterr().err

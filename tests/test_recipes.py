@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -155,6 +156,55 @@ def test_gsm8k_stopped_and_resumed_ends_like_an_uninterrupted_run(tmp_path, cold
     assert all(torch.equal(final_whole[name], final_resumed[name]) for name in final_whole)
 
 
+def files_and_contents(folder):
+    return {str(path.relative_to(folder)): path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
+@pytest.mark.slow
+def test_a_second_run_into_a_finished_run_refuses_and_changes_nothing(tmp_path, coldstart_cache):
+    out = tmp_path / "out"
+    command = [os.path.join(RECIPES, "gsm8k_gspo.py"), *FAST, "--max_steps", "2", "--output_dir", str(out)]
+    run(command, cwd=tmp_path, cache=coldstart_cache)
+    first = files_and_contents(out)
+    result = run(command, cwd=tmp_path, cache=coldstart_cache, check=False)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"error: {out} holds a finished run (2 steps). Give another --output_dir, or --overwrite_output_dir to "
+        "replace it."
+    ]
+    assert files_and_contents(out) == first, "the first run's files are left exactly as they were"
+    result = run([*command, "--max_steps", "1", "--overwrite_output_dir"], cwd=tmp_path, cache=coldstart_cache)
+    assert f"starting over in {out}" in result.stdout
+    assert diagnostics_steps(out) == [1] and logged_steps(out) == [1], "nothing of the first run is read as the new one"
+
+
+@pytest.mark.slow
+def test_an_interrupted_run_resumes_by_itself_and_extends_its_diagnostics(tmp_path, coldstart_cache):
+    out = tmp_path / "out"
+    command = [
+        *(sys.executable, os.path.join(RECIPES, "gsm8k_gspo.py"), *FAST),
+        *("--max_steps", "8", "--save_strategy", "steps", "--save_steps", "4", "--output_dir", str(out)),
+    ]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", GSPO_RECIPES_CACHE=coldstart_cache, TOKENIZERS_PARALLELISM="false")
+    process = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:  # killed once step 5 is logged: checkpoint-4 is then complete, and the diagnostics hold a step past it
+        deadline = time.monotonic() + 600
+        while not (out / "gspo_diagnostics.jsonl").exists() or max(diagnostics_steps(out), default=0) < 5:
+            assert process.poll() is None and time.monotonic() < deadline, "the run ended before step 5"
+            time.sleep(0.2)
+    finally:
+        process.kill()
+        process.wait()
+    with open(out / "gspo_diagnostics.jsonl") as f:
+        up_to_checkpoint = [line for line in f if json.loads(line)["step"] <= 4]
+
+    result = run(command[1:], cwd=tmp_path, cache=coldstart_cache)  # the very same command
+    assert f"Resuming the unfinished run in {out} from checkpoint-4 (step 4 of 8)" in result.stdout
+    assert diagnostics_steps(out) == logged_steps(out) == list(range(1, 9))
+    with open(out / "gspo_diagnostics.jsonl") as f:
+        assert f.readlines()[:4] == up_to_checkpoint, "the lines before the checkpoint are kept as written"
+
+
 @pytest.mark.slow
 def test_gsm8k_real_path_with_a_local_dataset_and_model(tmp_path):
     """--model_name_or_path and a local .jsonl, with renamed columns: the chat template path of the real recipe."""
@@ -197,13 +247,15 @@ def test_gsm8k_real_path_with_a_local_dataset_and_model(tmp_path):
 def test_missing_column_fails_before_loading_a_model(tmp_path):
     with open(tmp_path / "data.jsonl", "w") as f:
         f.write(json.dumps({"problem_text": "1+1?", "answer": "#### 2"}) + "\n")
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")  # a model folder that fails to load, were it loaded
     result = run(
         [
             os.path.join(RECIPES, "gsm8k_gspo.py"),
             "--dataset_name",
             str(tmp_path / "data.jsonl"),
             "--model_name_or_path",
-            "no/such-model",
+            str(tmp_path / "model"),
             "--output_dir",
             str(tmp_path / "out"),
         ],
@@ -213,7 +265,7 @@ def test_missing_column_fails_before_loading_a_model(tmp_path):
     assert result.returncode != 0
     assert "no column 'question'" in result.stderr
     assert "['problem_text', 'answer']" in result.stderr and "--column_map question=" in result.stderr
-    assert "Traceback" not in result.stderr and "no/such-model" not in result.stderr
+    assert "Traceback" not in result.stderr and str(tmp_path / "model") not in result.stderr
 
 
 def test_bad_yaml_key_names_the_field(tmp_path):
@@ -273,6 +325,8 @@ def test_a_model_or_a_config_replaces_the_offline_default(tmp_path, monkeypatch)
     """The offline YAML is the base only when neither names the model: a real run does not inherit the tiny one's
     learning rate or data."""
     from gspo_recipes import GSPOConfig
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)  # offline, a hub name not in the cache fails before parsing
 
     _, training_args, model_args = parse_recipe(
         "gsm8k_gspo.py", ["--model_name_or_path=some/model", "--output_dir", str(tmp_path)], monkeypatch

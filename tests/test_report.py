@@ -355,3 +355,85 @@ def test_gspo_help_names_every_subcommand(capsys):
     description = capsys.readouterr().out.split("\n\n")[1]  # the line under the usage, before the subcommand list
     for name in ("report", "calibrate", "simulate", "passrate", "audit-reward"):
         assert name in description, name
+
+
+# ------------------------------------------------------------------------------- figures that tell the truth
+
+
+def drawn_axes(monkeypatch, module):
+    """Capture the axes a plot function draws instead of writing the file."""
+    from gspo_recipes.commands.report import figures
+
+    pytest.importorskip("matplotlib")
+    shown = {}
+    monkeypatch.setattr(module, "save", lambda fig, plt, path: shown.update(axes=fig.axes))
+    if module is not figures:
+        monkeypatch.setattr(figures, "save", lambda fig, plt, path: shown.update(axes=fig.axes))
+    return shown
+
+
+def test_the_one_token_figure_puts_the_threshold_on_the_quantity_it_belongs_to(tmp_path, monkeypatch):
+    """Above: the share of clipped responses that an outlier token clips (the warning's quantity), with 0.5. Below:
+    the share by any token, with no threshold. With ordinary drift only, the first is 0 while the second is 1."""
+    from gspo_recipes.commands.report import one_token
+
+    shown = drawn_axes(monkeypatch, one_token)
+    signs, lengths = [1, -1] * 64, [4, 9, 5, 9, 12, 9, 6, 9] * 16
+    line = with_one_token(crafted_line(1, [1e-3] * 128, signs, lengths), [0.1 * (s > 0) for s in signs])
+    assert one_token.plot_one_token([line], str(tmp_path / "f.png"))
+    judged, anyone = shown["axes"]
+    assert "outlier token" in judged.get_title() and "warning's quantity" in judged.get_title()
+    share = [artist for artist in judged.lines if artist.get_label().startswith("share")][0]
+    assert list(share.get_ydata()) == [0.0]
+    assert [artist.get_ydata()[0] for artist in judged.lines if "warning above" in artist.get_label()] == [0.5]
+    assert "gspo/clip_frac/one_token" in anyone.get_title() and "no threshold" in anyone.get_title()
+    assert all("warning" not in artist.get_label() for artist in anyone.lines)
+    assert [artist.get_ydata()[0] for artist in anyone.lines if artist.get_label() == "all lengths"] == [1.0]
+
+
+@pytest.mark.parametrize("long_std, drawn", [(0.025, True), (0.045, False)])
+def test_the_spread_line_is_drawn_only_where_it_fits(long_std, drawn, tmp_path, monkeypatch):
+    """Two buckets on c / sqrt(L) (std halves from L = 4 to 16): the line, with its error. One far off it: no line,
+    and the legend and the summary say by how much it misses."""
+    from gspo_recipes.commands.report import figures
+
+    points = [{"mean_length": 4.0, "std": 0.05, "values": 100}, {"mean_length": 16.0, "std": long_std, "values": 100}]
+    c, error, law = rep.spread_law(points)
+    shown = drawn_axes(monkeypatch, figures)
+    figures.plot_spread([{**p, "lo": 1, "hi": 8} for p in points], str(tmp_path / "f.png"), c, error, law)
+    labels = shown["axes"][0].get_legend_handles_labels()[1]
+    if drawn:
+        assert error == pytest.approx(0.0, abs=1e-9) and "fitted std = 0.1 / sqrt(L), rms error 0%" in law
+        assert any("sqrt(L) (fitted, rms error 0%)" in label for label in labels)
+    else:
+        assert error > 0.2 and "does not follow c / sqrt(L)" in law and "none is drawn" in law
+        assert not any("(fitted" in label for label in labels)
+        assert any("does not follow" in label for label in labels)
+        assert "L^-0.08" in law  # 0.05 -> 0.045 over a factor 4 in length: log(0.9) / log(4)
+
+
+def test_held_out_series_have_their_own_colours_a_legend_and_step_0(tmp_path, monkeypatch):
+    from gspo_recipes.commands.report import heldout
+
+    shown = drawn_axes(monkeypatch, heldout)
+    scores = {"pass@1": 0.2, "pass@4": 0.5, "greedy": 0.3, "maj@4": 0.25}
+    start = {"step": 0, "prompts": 8, "num_samples": 4, "rewards": {"gsm8k_accuracy": scores}, "mean_length": 9.0}
+    start["seconds"] = 1.0
+    later = {**start, "step": 10, "train_reward": 0.4}
+    lines = [{"step": 1, "heldout_start": start}, {"step": 10, "heldout": later}]
+    assert heldout.plot_heldout(lines, [], str(tmp_path / "f.png"))
+    (ax,) = shown["axes"]
+    series = [artist for artist in ax.lines if artist.get_label().startswith("held-out")]
+    assert len(series) == 4 and len({artist.get_color() for artist in series}) == 4
+    assert all(list(artist.get_xdata()) == [0, 10] for artist in series)
+    assert ax.get_xlim()[0] < 0 and ax.get_legend() is not None
+    assert "steps 0-10, 2 evaluations" in heldout.heldout_summary(lines)[0]
+
+
+def test_a_report_removes_the_figures_of_an_earlier_one(tmp_path):
+    """A figure the run no longer draws (a held-out figure from an earlier run in the folder) is not left beside the
+    new ones."""
+    run_dir = write_lines(tmp_path / "run", [crafted_line(1, [1e-3, -1e-3] * 8, [1, -1] * 8, [4, 9] * 8)])
+    (run_dir / "gspo_heldout.png").write_bytes(b"an earlier run's figure")
+    rep.report(str(run_dir))
+    assert not (run_dir / "gspo_heldout.png").exists()

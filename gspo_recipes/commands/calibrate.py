@@ -13,18 +13,21 @@ from __future__ import annotations
 
 import math
 import os
+from typing import TYPE_CHECKING
 
-import torch
-
-from gspo_recipes.loss import clipped_sides, length_scaled_epsilons
 from gspo_recipes.runfiles.diagnostics import DIAGNOSTICS_FILE, has_responses, read_diagnostics
-from gspo_recipes.stats.calibration import calibrate_epsilons, length_normalised
-from gspo_recipes.stats.calibration import nan_to as _zero_nan
+
+# torch, the loss and the calibration rule are imported where they are used, so that `gspo calibrate --help` (and
+# `gspo --help`, which lists this command) answer without importing torch.
+if TYPE_CHECKING:
+    import torch
 
 
 def clip_fraction_by_bucket(log_s, advantage_sign, lengths, eps_low, eps_high, buckets) -> list[dict]:
     """Per (lo, hi) length bucket, the share of the responses with A < 0 that (eps_low, eps_high) clips low and of
     those with A > 0 that it clips high: the same per-side fractions the target is set in."""
+    from gspo_recipes.loss import clipped_sides
+
     low, high = clipped_sides(log_s.double(), advantage_sign, eps_low, eps_high)
     negative, positive = advantage_sign < 0, advantage_sign > 0
     rows = []
@@ -50,6 +53,8 @@ def _share(flags: torch.Tensor, selected: torch.Tensor) -> float:
 
 def read_off_policy(path: str, max_step: int | None = None) -> dict:
     """Pool the off-policy log s_i, advantage signs and lengths of a diagnostics file (up to `max_step`)."""
+    import torch
+
     lines = [
         line
         for line in read_diagnostics(path)
@@ -91,6 +96,11 @@ def default_reference_length(data: dict) -> int:
 
 
 def run(args) -> int:
+    import torch
+
+    from gspo_recipes.stats.calibration import calibrate_epsilons, length_normalised
+    from gspo_recipes.stats.calibration import nan_to as _zero_nan
+
     path = os.path.join(args.run_dir, DIAGNOSTICS_FILE)
     if not os.path.exists(path):
         print(
@@ -150,6 +160,9 @@ def run(args) -> int:
 def print_bucket_table(data: dict, eps_low: float, eps_high: float, reference, plain) -> None:
     """Per length bucket: the chosen range's clip fractions (per response with a length-scaled one), the plain
     calibrated range's beside them when the chosen one is scaled, and the run's own range's."""
+    from gspo_recipes.loss import length_scaled_epsilons
+    from gspo_recipes.stats.calibration import nan_to as _zero_nan
+
     log_s, sign, length, buckets = data["log_s"], data["sign"], data["length"], data["buckets"]
 
     def table(low, high, run_reference=None) -> dict:
@@ -200,3 +213,12 @@ def register(subparsers) -> None:
         "max_completion_length)",
     )
     parser.set_defaults(func=run)
+
+
+def __getattr__(name):
+    # calibrate_epsilons was importable from here when this module imported it at the top; it still is, lazily.
+    if name == "calibrate_epsilons":
+        from gspo_recipes.stats.calibration import calibrate_epsilons
+
+        return calibrate_epsilons
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

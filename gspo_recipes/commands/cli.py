@@ -19,17 +19,21 @@ SUBCOMMANDS = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of `command` alone when it names a subcommand (only its module is imported: `gspo X --help`
+    answers at once), else of every subcommand, for `gspo --help` and its errors."""
     # The description names the subcommands from SUBCOMMANDS, so a new one cannot be left out of `gspo --help`.
     parser = argparse.ArgumentParser(prog="gspo", description=f"GSPO tools: {', '.join(SUBCOMMANDS)}.")
     subparsers = parser.add_subparsers(dest="command", required=True)
-    for module_name in SUBCOMMANDS.values():
-        importlib.import_module(module_name).register(subparsers)
+    for name, module_name in SUBCOMMANDS.items():
+        if command not in SUBCOMMANDS or name == command:
+            importlib.import_module(module_name).register(subparsers)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(argv[0] if argv else None)
     args, extra = parser.parse_known_args(argv)
     if extra and not getattr(args, "takes_recipe_flags", False):  # passrate hands its flags to the recipes' parser
         parser.error(f"unrecognized arguments: {' '.join(extra)}")

@@ -65,16 +65,78 @@ def parse(argv: list[str]):
     from trl import ModelConfig, TrlParser
 
     from gspo_recipes.recipe import _has_flag
+    from gspo_recipes.recipe_setup import check_spelling, read_config
     from gspo_recipes.trainer.config import GSPOConfig
 
     if not _has_flag(argv, "--config") and not _has_flag(argv, "--model_name_or_path"):
         argv = [*OFFLINE_FLAGS, *argv]
     parser = TrlParser((_recipe_arguments(), GSPOConfig, ModelConfig), prog="gspo passrate")
+    if "--help" not in argv:  # a misspelled flag or YAML key: one line with the closest names, as in the recipes
+        check_spelling(parser, argv, read_config(argv))
     try:
         script_args, training_args, model_args = parser.parse_args_and_config(argv)
     except (ValueError, TypeError) as error:
         raise SystemExit(f"error: {error}") from error
     return script_args, training_args, model_args
+
+
+# `gspo passrate --help`: these options, grouped, from their fields' help; TRL's whole set (about 300 more, all
+# accepted) is behind --help-all, since importing GSPOConfig to list them takes seconds.
+HELP_GROUPS = {
+    "model and data": (
+        "config", "model_name_or_path", "dtype", "dataset_name", "dataset_config",
+        "dataset_train_split", "max_train_samples", "column_map", "prompt_column", "system_prompt", "use_chat_template",
+    ),
+    "sampling and scoring": (
+        "reward_funcs", "dynamic_sampling_reward", "num_generations", "max_completion_length", "temperature",
+        "top_p", "seed", "passrate_batch_size",
+    ),
+    "output": ("output_dir", "keep", "save_format"),
+}  # fmt: skip
+# The help of GSPOConfig's fields as passrate reads them (importing GSPOConfig for theirs would import torch), and of
+# the names whose TRL help speaks of other scripts.
+OWN_HELP = {
+    "config": "A YAML file of these fields (recipes/configs/*.yaml); flags override its values.",
+    "model_name_or_path": "The policy: a hub name, a local folder or builtin:NAME.",
+    "dtype": "The dtype to load the model in.",
+    "dataset_name": "The prompts: a hub name, a .jsonl/.json/.parquet/.csv file, a saved folder or builtin:NAME.",
+    "dataset_config": "The hub dataset's configuration (main for openai/gsm8k).",
+    "dynamic_sampling_reward": "The reward whose value >= 1 counts as solved (default: the accuracy reward).",
+    "num_generations": "Samples per prompt.",
+    "max_completion_length": "Longest sample, in tokens.",
+    "temperature": "Sampling temperature.",
+    "top_p": "Nucleus sampling: keep the smallest set of tokens with this probability.",
+    "seed": "Seed of every batch's sampling (a resumed run writes what an uninterrupted one would).",
+    "output_dir": "Where passrate.jsonl, passrate_kept.jsonl and shards/ (the resumable work) go.",
+}
+
+
+def short_help() -> str:
+    """`gspo passrate --help`: the options above, without importing torch, TRL's trainers or transformers."""
+    from dataclasses import MISSING, fields
+
+    from trl import ModelConfig
+
+    known = {f.name: f for dataclass in (_recipe_arguments(), ModelConfig) for f in fields(dataclass)}
+    parser = argparse.ArgumentParser(
+        prog="gspo passrate",
+        usage="gspo passrate [OPTIONS]  (or accelerate launch -m gspo_recipes.commands.cli passrate: a shard each)",
+        description="Sample the starting policy on every prompt and write each prompt's pass rate to "
+        "OUTPUT_DIR/passrate.jsonl; --keep LO:HI also writes the rows worth training on. Without --config or "
+        f"--model_name_or_path: {' '.join(OFFLINE_FLAGS)}; flags override those values.",
+        epilog="--help-all lists every field of GSPOConfig and ModelConfig (all accepted).",
+        add_help=False,
+    )
+    for title, names in HELP_GROUPS.items():
+        group = parser.add_argument_group(title)
+        for name in names:
+            field_ = known.get(name)
+            text = OWN_HELP.get(name) or field_.metadata.get("help", "")
+            default = None if field_ is None or field_.default is MISSING else field_.default
+            if default not in (None, [], ""):
+                text += f" (default: {default})"
+            group.add_argument(f"--{name}", metavar=name.split("_")[-1].upper(), help=text.replace("%", "%%"))
+    return parser.format_help()
 
 
 def keep_range(text: str | None) -> tuple[float, float] | None:
@@ -100,6 +162,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str]) -> int:
+    if "-h" in argv or "--help" in argv:
+        print(short_help())
+        return 0
+    if "--help-all" in argv:
+        argv = ["--help"]
     from accelerate import PartialState
 
     from gspo_recipes.commands.passrate_sampling import Sampler, reward_names
@@ -288,7 +355,7 @@ def write_results(lines: list[dict], output_dir: str, bounds, save_format: str, 
 def register(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "passrate",
-        add_help=False,  # --help goes to the recipes' parser, with every argument
+        add_help=False,  # --help is passrate's own (short_help); --help-all the recipes' parser, every argument
         help="Sample the starting policy on every prompt and write its pass rate (--keep LO:HI filters).",
         description=__doc__,
     )

@@ -35,8 +35,10 @@ from gspo_recipes.commands.report.series import (  # noqa: F401 (re-exported)
     learning_rates_by_step,
     read_log_history,
     spread_by_length,
+    spread_law,
 )
 from gspo_recipes.runfiles.diagnostics import DIAGNOSTICS_FILE, has_responses, read_diagnostics
+from gspo_recipes.runfiles.output_dir import remove_report
 from gspo_recipes.runfiles.run_warnings import recorded_warnings
 
 SUMMARY_FILE = "gspo_report.txt"
@@ -177,9 +179,9 @@ def summarize(
                 f"  length {p['lo']}-{p['hi']}: std {p['std']:.3g} (pooled within steps) over {p['values']} "
                 f"responses, mean length {p['mean_length']:.1f}"
             )
-        c = fit_inverse_sqrt(spread)
-        if c is not None:
-            out.append(f"  fitted std = {c:.3g} / sqrt(L)")
+        law = spread_law(spread)[2]
+        if law:
+            out.append(f"  {law}")
     else:
         out.append("log s_i: no off-policy responses recorded (every window was on-policy)")
     out.append("figures:" if figures else "figures: none written")
@@ -232,6 +234,9 @@ def report(run_dir: str, bins: int = 60, quiet_steps: int = 20) -> int:
     warnings = health_warnings(lines, learning_rates_by_step(log_history), quiet_steps)
     spread = spread_by_length(lines)
     figures, code = [], 0
+    # The figures of an earlier report are removed, not left beside these: a figure this run no longer draws (no
+    # held-out evaluation now, say) would otherwise be read as this run's.
+    remove_report(run_dir)
     try:
         import matplotlib  # noqa: F401
     except ImportError:
@@ -243,7 +248,7 @@ def report(run_dir: str, bins: int = 60, quiet_steps: int = 20) -> int:
         if lines:
             plot_clip_fractions(clip_fraction_series(lines), target["clip"])
             plot_heatmap(*common_grid_histogram(lines, bins), lines, target["heatmap"])
-            plot_spread(spread, target["spread"], fit_inverse_sqrt([p for p in spread if p["std"] > 0]))
+            plot_spread(spread, target["spread"], *spread_law(spread))
             figures = [target["clip"], target["heatmap"], target["spread"]]
         if plot_reward(log_history, target["reward"]):
             figures.append(target["reward"])

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import math
 
-import torch
-
 from gspo_recipes.commands.report.figures import pyplot, save
 from gspo_recipes.runfiles.diagnostics import clip_range_of_line, has_responses
 
@@ -21,6 +19,8 @@ DEFAULT_TARGET = 0.1
 def clip_range_series(lines: list[dict]) -> dict[str, list]:
     """Per line with responses: step, epsilon_low, epsilon_high, and each side's share of off-policy responses clipped
     (NaN where a side had none)."""
+    import torch  # here, not at the top: `gspo report --help` must not pay for torch
+
     from gspo_recipes.loss import clipped_sides
 
     series = {"steps": [], "epsilon_low": [], "epsilon_high": [], "share_low": [], "share_high": []}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import textwrap
 
 import numpy as np
 
@@ -43,12 +44,13 @@ def plot_heatmap(steps, grid, shares, lines, path: str) -> None:
         empty = np.isnan(shares) | (shares == 0)  # white: no response there, or an on-policy window
         mesh = ax.pcolormesh(x_edges, grid, np.ma.masked_where(empty, shares), cmap="viridis", shading="flat")
         fig.colorbar(mesh, ax=ax, label="share of the step's off-policy responses")
-        for key, sign, name in (("epsilon_low", -1, "log(1 - eps_low)"), ("epsilon_high", 1, "log(1 + eps_high)")):
+        bounds = (("epsilon_low", -1, "log(1 - eps_low)", "--"), ("epsilon_high", 1, "log(1 + eps_high)", "-"))
+        for key, sign, name, style in bounds:
             ax.plot(
                 [line["step"] for line in lines],
                 # epsilon_low = 1 puts the low bound at s_i = 0: no line (log 0), not a crash
                 [math.log1p(sign * line[key]) if sign * line[key] > -1 else math.nan for line in lines],
-                "r-",
+                "r" + style,
                 lw=0.8,
                 label=name,
             )
@@ -59,8 +61,13 @@ def plot_heatmap(steps, grid, shares, lines, path: str) -> None:
     save(fig, plt, path)
 
 
-def plot_spread(spread, path: str, c: float | None) -> None:
-    """The spread of log s_i against length, with the fitted c / sqrt(L) line (`c` None: no fit)."""
+def plot_spread(spread, path: str, c: float | None, error: float | None = None, law: str = "") -> None:
+    """The spread of log s_i against length, with the fitted c / sqrt(L) line only where it fits: `error` (its rms
+    relative deviation, series.inverse_sqrt_fit_error) within series.FIT_TOLERANCE; else `law` says why not."""
+    from matplotlib.ticker import NullFormatter
+
+    from gspo_recipes.commands.report.series import FIT_TOLERANCE
+
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 4.5))
     points = [p for p in spread if p["std"] > 0]
@@ -71,8 +78,14 @@ def plot_spread(spread, path: str, c: float | None) -> None:
             ax.annotate(
                 f"n={p['values']}", (p["mean_length"], p["std"]), textcoords="offset points", xytext=(4, 4), fontsize=7
             )
-        span = np.geomspace(max(1.0, lengths.min() / 2), lengths.max() * 2, 50)
-        ax.loglog(span, c / np.sqrt(span), "k--", label=f"{c:.3g} / sqrt(L) (fitted)")
+        if c is not None and error is not None and error <= FIT_TOLERANCE:
+            span = np.geomspace(max(1.0, lengths.min() / 2), lengths.max() * 2, 50)
+            ax.loglog(span, c / np.sqrt(span), "k--", label=f"{c:.3g} / sqrt(L) (fitted, rms error {error:.0%})")
+        elif law:  # why no line: in the legend, where the reader looks for it
+            ax.plot([], [], " ", label=textwrap.fill(law, 60))
+        # Ticks at the buckets' lengths: a log axis spanning less than a decade otherwise labels every minor tick.
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_xticks(lengths, [f"{length:.0f}" for length in lengths])
         ax.legend(fontsize=8)
     else:
         ax.text(0.5, 0.5, "no off-policy spread to show", ha="center", transform=ax.transAxes)

@@ -6,7 +6,8 @@ sampling its "dynamic_sampling" sections. Pure functions over the parsed lines, 
 from __future__ import annotations
 
 from gspo_recipes.commands.report.figures import pyplot, save
-from gspo_recipes.stats.groups import LowSignalWarning, group_fractions
+
+# gspo_recipes.stats.groups (torch) is imported in the functions that use it: `gspo report --help` imports this module.
 
 GROUPS_FIGURE = "gspo_groups.png"
 SERIES = ("solve_all_frac", "solve_none_frac", "zero_std_frac", "effective_frac")
@@ -14,6 +15,8 @@ SERIES = ("solve_all_frac", "solve_none_frac", "zero_std_frac", "effective_frac"
 
 def groups_series(lines: list[dict]) -> dict[str, list[float]]:
     """Per logged line with a groups section: its step and the gspo/groups/* fractions (short names)."""
+    from gspo_recipes.stats.groups import group_fractions
+
     out: dict[str, list[float]] = {"step": [], **{name: [] for name in SERIES}}
     for line in lines:
         counts = line.get("groups")
@@ -27,6 +30,8 @@ def groups_series(lines: list[dict]) -> dict[str, list[float]]:
 
 def groups_summary(lines: list[dict]) -> list[str]:
     """Lines for gspo_report.txt: the pooled group fractions and, with dynamic sampling, what it generated."""
+    from gspo_recipes.stats.groups import LowSignalWarning, group_fractions
+
     total: dict[str, int] = {}
     sampled: dict[str, int] = {}
     judged_on: list[str] = []  # the reward each section was judged on (absent before the sections named it)
@@ -68,7 +73,10 @@ def groups_summary(lines: list[dict]) -> list[str]:
 
 
 def plot_groups(lines: list[dict], path: str) -> bool:
-    """The four fractions over steps; False (no figure) when no line has a groups section."""
+    """The four fractions over steps, with the low-signal warning's threshold, which is effective_frac's; False (no
+    figure) when no line has a groups section."""
+    from gspo_recipes.stats.groups import LowSignalWarning
+
     series = groups_series(lines)
     if not series["step"]:
         return False
@@ -77,7 +85,8 @@ def plot_groups(lines: list[dict], path: str) -> bool:
     styles = {"effective_frac": "k-", "zero_std_frac": "r--", "solve_all_frac": "g:", "solve_none_frac": "b:"}
     for name in SERIES:
         ax.plot(series["step"], series[name], styles[name], marker="o", ms=3, label=name)
-    ax.axhline(0.25, color="grey", lw=0.8, label="low-signal threshold")
+    threshold = LowSignalWarning().threshold
+    ax.axhline(threshold, color="k", lw=0.8, ls=":", label=f"effective_frac warning below {threshold:g} (pooled)")
     ax.set(xlabel="step", ylabel="share", ylim=(-0.02, 1.02), title="groups that carry signal (signal reward)")
     ax.legend(fontsize=8)
     save(fig, plt, path)

@@ -11,8 +11,9 @@ HELDOUT_FIGURE = "gspo_heldout.png"
 
 
 def heldout_sections(lines: list[dict]) -> list[dict]:
-    """The held-out sections in step order (each carries its own evaluation step)."""
-    return [line["heldout"] for line in lines if isinstance(line.get("heldout"), dict)]
+    """The held-out sections in step order (each carries its own evaluation step), the evaluation before training
+    (`heldout_start`, step 0) first when the run made one."""
+    return [line[key] for line in lines for key in ("heldout_start", "heldout") if isinstance(line.get(key), dict)]
 
 
 def heldout_summary(lines: list[dict]) -> list[str]:
@@ -29,7 +30,9 @@ def heldout_summary(lines: list[dict]) -> list[str]:
             f"{metric} {first['rewards'].get(name, {}).get(metric, float('nan')):.3f} -> {value:.3f}"
             for metric, value in last["rewards"][name].items()
         )
-        train = [s.get("train_reward") for s in (first, last)]
+        # The evaluation before training has no training reward yet: the first one that has.
+        train = [next((s["train_reward"] for s in sections if s.get("train_reward") is not None), None)]
+        train.append(last.get("train_reward"))
         trained = f"; training reward {train[0]:.3f} -> {train[1]:.3f}" if None not in train else ""
         out.append(
             f"held-out {name} ({last['prompts']} prompts, k={last['num_samples']}, {span}): {scores}{trained}; "
@@ -55,12 +58,13 @@ def plot_heldout(lines: list[dict], log_history: list[dict], path: str) -> bool:
             ax.plot(*zip(*points), color="0.6", marker="s", ms=3, label="training reward (per evaluation)")
     steps = [s["step"] for s in sections]
     styles = {"pass@1": "-", "greedy": "--", "maj": "-.", "pass@k": ":"}
-    for color, name in zip(("C0", "C1", "C2", "C3"), sections[-1]["rewards"]):
-        for metric in sections[-1]["rewards"][name]:
-            values = [s["rewards"].get(name, {}).get(metric) for s in sections]
-            style = styles.get(metric, styles["maj"] if metric.startswith("maj") else styles["pass@k"])
-            ax.plot(steps, values, color=color, ls=style, marker="o", ms=3, label=f"held-out {name} {metric}")
+    series = [(name, metric) for name in sections[-1]["rewards"] for metric in sections[-1]["rewards"][name]]
+    for number, (name, metric) in enumerate(series):  # a colour of its own per series, the style says the metric
+        values = [s["rewards"].get(name, {}).get(metric) for s in sections]
+        style = styles.get(metric, styles["maj"] if metric.startswith("maj") else styles["pass@k"])
+        ax.plot(steps, values, color=f"C{number % 10}", ls=style, marker="o", ms=3, label=f"held-out {name} {metric}")
     ax.set(xlabel="step", ylabel="score", ylim=(-0.02, 1.02), title="held-out scores beside the training reward")
+    ax.set_xlim(left=-0.02 * max(1, steps[-1]))  # step 0, the evaluation before training, on the axis
     ax.legend(fontsize=7)
     save(fig, plt, path)
     return True

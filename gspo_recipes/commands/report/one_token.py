@@ -7,7 +7,8 @@ without it. Pure functions over the parsed lines, plus one figure.
 from __future__ import annotations
 
 from gspo_recipes.commands.report.figures import pyplot, save
-from gspo_recipes.stats.health import ONE_TOKEN_OUTLIER_LOG_RATIO
+
+# gspo_recipes.stats.health (torch) is imported where its rule is used: `gspo report --help` imports this module.
 
 ONE_TOKEN_FIGURE = "gspo_one_token_clips.png"
 
@@ -41,6 +42,8 @@ def outlier_clips(lines: list[dict]) -> tuple[int, int]:
     """(one-token clips by an outlier token, clipped off-policy responses), pooled over the lines: the in-run
     warning's own rule (`stats.health.ONE_TOKEN_OUTLIER_LOG_RATIO`), since a peaked model's ordinary drift makes most
     of its clips one-token clips by small moves, which a clamp would only distort."""
+    from gspo_recipes.stats.health import ONE_TOKEN_OUTLIER_LOG_RATIO
+
     outliers = clipped = 0
     for line in lines:
         drivers = line.get("off_policy", {}).get("one_token")
@@ -54,6 +57,8 @@ def outlier_clips(lines: list[dict]) -> tuple[int, int]:
 def one_token_summary(lines: list[dict]) -> list[str]:
     """The line for gspo_report.txt: the share of the clipped off-policy responses that an outlier token clips (what
     the in-run warning judges), then every one-token clip, overall and per length bucket."""
+    from gspo_recipes.stats.health import ONE_TOKEN_OUTLIER_LOG_RATIO
+
     recorded = [line for line in lines if has_one_token_counts(line)]
     if not recorded:
         return ["one-token clips: not recorded (a diagnostics file from before gspo/clip_frac/one_token)"]
@@ -82,21 +87,51 @@ def one_token_summary(lines: list[dict]) -> list[str]:
     ]
 
 
+def outlier_share_series(lines: list[dict]) -> dict[str, list]:
+    """Per line with clipped off-policy responses: its step and the share of them that an outlier token clips, the
+    quantity the in-run one-token warning judges (pooled over windows there, until enough responses)."""
+    series: dict[str, list] = {"steps": [], "share": []}
+    for line in lines:
+        if line.get("off_policy", {}).get("one_token") is None:
+            continue
+        outliers, clipped = outlier_clips([line])
+        if clipped:
+            series["steps"].append(line["step"])
+            series["share"].append(outliers / clipped)
+    return series
+
+
 def plot_one_token(lines: list[dict], path: str) -> bool:
-    """The share over steps, for all lengths and per bucket; False (no figure) when no line has the counts."""
+    """Two panels: above, the share the warning judges (one-token clips by an outlier token) with its threshold;
+    below, the share by any single token (gspo/clip_frac/one_token), per length, which has no threshold. False (no
+    figure) when no line has the counts."""
+    from gspo_recipes.stats.health import ONE_TOKEN_OUTLIER_LOG_RATIO
+
     series = one_token_series(lines)
     if not series:
         return False
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, (judged, anyone) = plt.subplots(2, 1, figsize=(7, 6.5), sharex=True)
+    outliers = outlier_share_series(lines)
+    if outliers["steps"]:
+        judged.plot(outliers["steps"], outliers["share"], "o-", color="C3", ms=3, label="share (per logged window)")
+    else:
+        judged.text(0.5, 0.5, "no clipped off-policy responses", ha="center", transform=judged.transAxes)
+    judged.axhline(0.5, color="grey", lw=0.8, ls=":", label="warning above 0.5 (windows pooled)")
+    judged.set(ylabel="share of clipped responses", ylim=(-0.02, 1.02),
+               title=f"clipped by one outlier token (|log-ratio| >= {ONE_TOKEN_OUTLIER_LOG_RATIO:g}): the warning's "
+               "quantity")  # fmt: skip
+    judged.legend(fontsize=8)
     for label, entry in series.items():
         if label == "all":
-            ax.plot(entry["steps"], entry["share"], "k--", lw=1.5, label="all lengths")
+            anyone.plot(entry["steps"], entry["share"], "k--", lw=1.5, label="all lengths")
         else:
-            ax.plot(entry["steps"], entry["share"], "o-", ms=3, label=f"length {label}")
-    ax.axhline(0.5, color="grey", lw=0.8, label="warning threshold")
-    ax.set(xlabel="step", ylabel="share of clipped responses", ylim=(-0.02, 1.02),
-           title="clipped by one token (gspo/clip_frac/one_token)")  # fmt: skip
-    ax.legend(fontsize=8)
+            anyone.plot(entry["steps"], entry["share"], "o-", ms=3, label=f"length {label}")
+    anyone.set(xlabel="step", ylabel="share of clipped responses", ylim=(-0.02, 1.02),
+               title="clipped by any single token (gspo/clip_frac/one_token): no threshold, harmless when it moved "
+               "little")  # fmt: skip
+    anyone.title.set_fontsize(9)
+    judged.title.set_fontsize(9)
+    anyone.legend(fontsize=8)
     save(fig, plt, path)
     return True

@@ -139,5 +139,55 @@ def fit_inverse_sqrt(points: list[dict]) -> float | None:
     return float(math.exp((weights * log_c).sum() / weights.sum()))
 
 
+# The c / sqrt(L) line is drawn only when the buckets sit within this of it (weighted rms relative deviation): a line
+# that misses its points by more would tell the reader a law the run does not follow.
+FIT_TOLERANCE = 0.2
+
+
+def inverse_sqrt_fit_error(points: list[dict], c: float | None) -> float | None:
+    """How far the buckets' std sit from c / sqrt(L): the rms of log(std / fitted), weighted by the values per bucket,
+    as a relative deviation (0.4: a typical bucket is 40% off the line). None with fewer than two buckets, where any
+    c fits and nothing is tested."""
+    points = [p for p in points if p["std"] > 0]
+    if c is None or len(points) < 2:
+        return None
+    weights = np.array([p["values"] for p in points], dtype=float)
+    residuals = np.log([p["std"] * math.sqrt(p["mean_length"]) / c for p in points])
+    return float(math.expm1(math.sqrt((weights * residuals**2).sum() / weights.sum())))
+
+
+def length_exponent(points: list[dict]) -> float | None:
+    """a in std ~ L^a, weighted least squares on the log scale (GSPO's argument expects -0.5); None below two
+    distinct lengths."""
+    points = [p for p in points if p["std"] > 0]
+    if len({p["mean_length"] for p in points}) < 2:
+        return None
+    weights = np.array([p["values"] for p in points], dtype=float)
+    x, y = np.log([p["mean_length"] for p in points]), np.log([p["std"] for p in points])
+    x_mean, y_mean = np.average(x, weights=weights), np.average(y, weights=weights)
+    return float((weights * (x - x_mean) * (y - y_mean)).sum() / (weights * (x - x_mean) ** 2).sum())
+
+
+def spread_law(points: list[dict]) -> tuple[float | None, float | None, str]:
+    """(c, its fit error, the summary's sentence): c / sqrt(L) fitted through the buckets, and whether it fits."""
+    c = fit_inverse_sqrt(points)
+    error = inverse_sqrt_fit_error(points, c)
+    if c is None:
+        return None, None, ""
+    if error is None:
+        return c, None, f"one length bucket: std {c:.3g} / sqrt(L) there, no law tested (no line drawn)"
+    exponent = length_exponent(points)
+    if error <= FIT_TOLERANCE:
+        return c, error, f"fitted std = {c:.3g} / sqrt(L), rms error {error:.0%} over {len(points)} buckets"
+    return (
+        c,
+        error,
+        (
+            f"std does not follow c / sqrt(L): the best such line ({c:.3g} / sqrt(L)) is off by {error:.0%} (rms) over "
+            f"{len(points)} buckets, so none is drawn; the buckets follow L^{exponent:.2f}"
+        ),
+    )
+
+
 def learning_rates_by_step(log_history: list[dict]) -> dict[int, float]:
     return {e["step"]: e["learning_rate"] for e in log_history if "step" in e and "learning_rate" in e}
