@@ -43,6 +43,7 @@ from gspo_recipes.recipe import (
     split_heldout,
 )
 from gspo_recipes.rewards import get_rewards
+from gspo_recipes.trainer.reward_sandbox import check_reward_sandboxes
 
 OFFLINE_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "code_gspo_offline.yaml")
 # ADAPT: the instruction and the rewards.
@@ -101,7 +102,11 @@ def main():
             ]
         )
 
-        # 2. Model and tokenizer.
+        # 2. Rewards: code_execution reads test_list / test + entry_point / input_output from the row.
+        reward_funcs = get_rewards(script_args.reward_funcs or DEFAULT_REWARDS)
+        check_reward_sandboxes(reward_funcs)  # a code reward that cannot be confined here refuses now
+
+        # 3. Model and tokenizer.
         model, tokenizer = model_and_tokenizer(model_args, training_args)
         chat = script_args.use_chat_template and tokenizer.chat_template is not None
         system_prompt = script_args.system_prompt if script_args.system_prompt is not None else SYSTEM_PROMPT
@@ -114,9 +119,6 @@ def main():
             return rows.map(lambda row: {"prompt": as_prompt(task_text(row), system_prompt, chat)})
 
         dataset, heldout = to_prompt(dataset), heldout and to_prompt(heldout)
-
-        # 3. Rewards: code_execution reads test_list / test + entry_point / input_output from the row.
-        reward_funcs = get_rewards(script_args.reward_funcs or DEFAULT_REWARDS)
 
         # 4. The trainer.
         trainer = gspo_recipes.GSPOTrainer(

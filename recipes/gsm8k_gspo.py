@@ -41,6 +41,7 @@ from gspo_recipes.recipe import (
     split_heldout,
 )
 from gspo_recipes.rewards import get_rewards
+from gspo_recipes.trainer.reward_sandbox import check_reward_sandboxes
 
 OFFLINE_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "gsm8k_gspo_offline.yaml")
 # ADAPT: the instruction and the rewards.
@@ -81,7 +82,11 @@ def main():
             ]
         )
 
-        # 2. Model and tokenizer; the prompt is rendered by the model's chat template (the cold-start model's renders
+        # 2. Rewards: gsm8k_accuracy reads the gold number after `####` in the `answer` column.
+        reward_funcs = get_rewards(script_args.reward_funcs or DEFAULT_REWARDS)
+        check_reward_sandboxes(reward_funcs)  # a code reward that cannot be confined here refuses now
+
+        # 3. Model and tokenizer; the prompt is rendered by the model's chat template (the cold-start model's renders
         #    the plain `question + "\nAnswer: "` it was trained on).
         model, tokenizer = model_and_tokenizer(model_args, training_args)
         chat = script_args.use_chat_template and tokenizer.chat_template is not None
@@ -91,9 +96,6 @@ def main():
             return rows.map(lambda row: {"prompt": as_prompt(row["question"], system_prompt, chat)})
 
         dataset, heldout = to_prompt(dataset), heldout and to_prompt(heldout)
-
-        # 3. Rewards: gsm8k_accuracy reads the gold number after `####` in the `answer` column.
-        reward_funcs = get_rewards(script_args.reward_funcs or DEFAULT_REWARDS)
 
         # 4. The trainer.
         trainer = gspo_recipes.GSPOTrainer(

@@ -38,6 +38,7 @@ from gspo_recipes.recipe import (
     split_heldout,
 )
 from gspo_recipes.rewards import get_rewards
+from gspo_recipes.trainer.reward_sandbox import check_reward_sandboxes
 
 OFFLINE_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "math_gspo_offline.yaml")
 # ADAPT: the instruction and the rewards.
@@ -72,7 +73,11 @@ def main():
             ]
         )
 
-        # 2. Model and tokenizer.
+        # 2. Rewards: TRL passes the `solution` / `answer` columns to them by name.
+        reward_funcs = get_rewards(script_args.reward_funcs or DEFAULT_REWARDS)
+        check_reward_sandboxes(reward_funcs)  # a code reward that cannot be confined here refuses now
+
+        # 3. Model and tokenizer.
         model, tokenizer = model_and_tokenizer(model_args, training_args)
         chat = script_args.use_chat_template and tokenizer.chat_template is not None
         system_prompt = script_args.system_prompt if script_args.system_prompt is not None else SYSTEM_PROMPT
@@ -81,9 +86,6 @@ def main():
             return rows.map(lambda row: {"prompt": as_prompt(row["problem"], system_prompt, chat)})
 
         dataset, heldout = to_prompt(dataset), heldout and to_prompt(heldout)
-
-        # 3. Rewards: TRL passes the `solution` / `answer` columns to them by name.
-        reward_funcs = get_rewards(script_args.reward_funcs or DEFAULT_REWARDS)
 
         # 4. The trainer.
         trainer = gspo_recipes.GSPOTrainer(

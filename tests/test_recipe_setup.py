@@ -15,14 +15,15 @@ from gspo_recipes.runfiles.output_dir import previous_run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GSM8K = os.path.join(ROOT, "recipes", "gsm8k_gspo.py")
+CODE = os.path.join(ROOT, "recipes", "code_gspo.py")
 
 
-def run_recipe(args, cwd, **env):
+def run_recipe(args, cwd, script=GSM8K, **env):
     environment = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", **env)
     environment.pop("GSPO_DEBUG", None)
     start = time.monotonic()
     result = subprocess.run(
-        [sys.executable, GSM8K, *args], cwd=cwd, env=environment, capture_output=True, text=True, timeout=300
+        [sys.executable, script, *args], cwd=cwd, env=environment, capture_output=True, text=True, timeout=300
     )
     return result, time.monotonic() - start
 
@@ -54,6 +55,18 @@ def test_a_folder_that_is_not_a_model_and_a_missing_dataset_file(tmp_path):
     assert_short_error(result, "--dataset_name data/missing.jsonl: no such dataset file", "openai/gsm8k")
     result, _ = run_recipe(["--model_name_or_path", "builtin:coldstart-gsm9k"], tmp_path)
     assert_short_error(result, "no such built-in", "builtin:coldstart-gsm8k")
+
+
+def test_a_code_reward_without_its_sandbox_refuses_before_the_model_is_loaded(tmp_path):
+    """The rewards come before the model: with a bwrap that cannot confine (GSPO_BWRAP names one that fails its probe),
+    the code recipe ends on the sandbox's refusal, not on the model folder that would fail to load next."""
+    model = tmp_path / "not-a-model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    args = ["--model_name_or_path", str(model), "--dataset_name", "builtin:mbpp-generated"]
+    result, _ = run_recipe(args, tmp_path, script=CODE, GSPO_BWRAP="/bin/false")
+    assert_short_error(result, "no sandbox for model code", "/bin/false")
+    assert "config" not in result.stderr and "tokenizer" not in result.stderr
 
 
 def test_an_offline_hub_name_not_in_the_cache(tmp_path):
