@@ -28,6 +28,16 @@ def failing_probe(monkeypatch):
     return path
 
 
+@pytest.fixture
+def restart_code_workers():
+    """Restarts the judging pool (its processes read the backend from the environment they start with), and again
+    afterwards, so later tests get workers of the default backend back."""
+    from gspo_recipes.rewards import pool
+
+    yield lambda: pool.close_pool("code-judge")
+    pool.close_pool("code-judge")
+
+
 def test_the_code_reward_refuses_on_its_first_call_with_the_cause_and_both_fixes(failing_probe, capsys):
     with pytest.raises(sandbox.SandboxUnavailable) as refused:
         code_execution([ADD], tests=[["assert add(1, 2) == 3"]])
@@ -60,9 +70,11 @@ def test_no_weaker_backend_is_taken_without_being_asked_for(failing_probe):
         sandbox.resolve_backend("auto")
 
 
-def test_a_weaker_backend_asked_for_is_said_in_the_banner_and_the_diagnostics(tmp_path, tiny, prompt_dataset, capsys,
-                                                                            monkeypatch):  # fmt: skip
+def test_a_weaker_backend_asked_for_is_said_in_the_banner_and_the_diagnostics(
+    tmp_path, tiny, prompt_dataset, capsys, monkeypatch, restart_code_workers
+):
     monkeypatch.setenv("GSPO_SANDBOX_BACKEND", "plain")
+    restart_code_workers()  # pool processes read the backend from the environment they start with
     assert code_execution([ADD], tests=[["assert add(1, 2) == 3"]]) == [1.0]
 
     def digits(completions, **kwargs):  # trains fast; carries the code reward's check as configured
