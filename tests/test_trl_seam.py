@@ -225,7 +225,8 @@ LAYERS = [
     {"sampler"},  # the sampler's log-probabilities and mask, read from TRL's batch
     {"callbacks"},  # the diagnostics callbacks (installed as gspo_recipes.callbacks)
     {"trainer"},  # GSPOConfig, its checks, the conversion, dynamic sampling, GSPOTrainer
-    {"recipe"},  # what the recipes/ scripts and the commands share: arguments, data, model loading
+    {"recipe", "recipe_setup"},  # what the recipes/ scripts and the commands share: arguments, data, model loading,
+    # and the checks before set-up (paths, flags, output_dir, one-line errors)
     {"commands"},  # the `gspo` console script and its subcommands
 ]
 
