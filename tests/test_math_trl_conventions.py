@@ -93,7 +93,8 @@ def test_trl_soft_overlong_punishment_cases():
     assert reward([[1] * 110]) == [-1]  # positionally, as TRL's tests call theirs
     assert round(abs(reward([[1] * 90])[0] - -0.5), 4) == 0
     assert soft_overlong_punishment([[1] * 50]) == [0.0]
-    assert soft_overlong_punishment(["a text, no ids"]) == [None]  # without ids it cannot judge
+    with pytest.warns(RuntimeWarning, match="needs completion_ids"):  # without ids it cannot judge, and says so
+        assert soft_overlong_punishment(["a text, no ids"]) == [None]
 
 
 def test_trl_think_format_cases_agree_but_for_empty_reasoning():
