@@ -29,6 +29,7 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 WORKER_MEMORY_MB = int(os.environ.get("GSPO_REWARD_WORKER_MEMORY_MB", "4096"))
+_EXIT_GRACE_S = 5.0  # closing a pool: how long its idle workers get to exit on their own before they are killed
 _STARTUP_TIMEOUT_S = 120.0  # a fresh worker imports sympy; on a loaded machine that can take a while
 _PACKAGE_DIR = str(Path(__file__).resolve().parents[1])
 
@@ -47,6 +48,11 @@ for folder, _, files in os.walk(top):
         package.__path__ = [folder]
 from gspo_recipes.rewards.pool import _worker_main
 _worker_main(int(sys.argv[2]), sys.argv[3:])
+# The pool closed the pipe: the exit handlers close what the worker started (the code reward's zygotes, and their
+# folders); the interpreter's own teardown is skipped (a tenth of a second a worker, for nothing).
+import atexit
+atexit._run_exitfuncs()
+os._exit(0)
 """
 
 
@@ -61,8 +67,16 @@ class _Worker:
 
     def kill(self) -> None:
         self.process.kill()
-        self.process.wait()
-        self.to_worker.close()
+        self.end(0.0)
+
+    def end(self, grace_s: float) -> None:
+        """Wait up to `grace_s` for the process to exit, then kill it; close both pipes."""
+        self.to_worker.close()  # idempotent; an idle worker exits on the end of its command pipe
+        try:
+            self.process.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
         self.from_worker.close()
 
 
@@ -140,11 +154,16 @@ class DeadlinePool:
         return batch.results
 
     def close(self) -> None:
-        """Kill every worker. The pool starts new ones if used again."""
+        """End every worker. Each is asked to exit first (the end of its command pipe), so that its exit handlers
+        close what it started (the code reward's zygotes, and the folders they made under /tmp); one still running
+        after `_EXIT_GRACE_S` is killed. The pool starts new ones if used again."""
         with self._lock:
-            for worker in self._workers:
-                worker.kill()
-            self._workers = []
+            workers, self._workers = self._workers, []
+            for worker in workers:
+                worker.to_worker.close()
+            deadline = time.monotonic() + _EXIT_GRACE_S
+            for worker in workers:
+                worker.end(max(0.0, deadline - time.monotonic()))
 
     # ------------------------------------------------------------------------------------------------------------
 

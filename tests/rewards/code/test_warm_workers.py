@@ -41,6 +41,7 @@ def test_attempts_are_forked_from_the_zygote_and_judged_as_the_cold_path_judges(
     completions = [ADD, "def add(a, b):\n    return a + b if a > 0 else 1\n", "def add(a, b):\n    return 4\n",
                    "x = ("] * 2  # fmt: skip
     log = tmp_path / "launches"
+    sandbox.resolve_backend()  # this process's own probe, made once: before the log (the file alone ran it after)
     monkeypatch.setenv("GSPO_SANDBOX_LAUNCH_LOG", str(log))
     pool.close_pool("code-judge")  # new pool processes see the log setting
     warm_scores = code_execution(completions, tests=[TESTS] * len(completions))
@@ -102,6 +103,21 @@ def test_a_zygote_that_died_is_replaced():
         assert channel.request(["call", ["name", "add"], [1, 2], [], 1.0], 10.0)[:2] == ["ok", 3]
     finally:
         channel.close()
+
+
+def test_closing_the_pool_leaves_no_folder_behind(tmp_path, monkeypatch):
+    """The zygotes make their roots in the temporary folder. A closed pool (as at the trainer's exit) leaves none of
+    them there: its workers exit on their own and close their zygotes (killed, they left two folders each in /tmp
+    on every run)."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    pool.close_pool("code-judge")  # new pool processes see TMPDIR
+    try:
+        assert code_execution([ADD], tests=[TESTS]) == [1.0]
+        made = {path.name.rsplit("-", 1)[0] for path in tmp_path.iterdir()}
+        assert {"gspo-zygote-root", "gspo-judge-root"} <= made  # the check below would pass vacuously otherwise
+    finally:
+        pool.close_pool("code-judge")
+    assert sorted(path.name for path in tmp_path.iterdir()) == []
 
 
 def _open_fds() -> set[int]:
