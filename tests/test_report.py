@@ -219,6 +219,22 @@ def test_groups_judged_on_the_total_reward_say_so_and_claim_no_solved_share():
     assert older.startswith("groups (signal reward, 4 groups") and "all solved 25.0%" in older
 
 
+def test_the_groups_figure_names_its_reward_and_draws_no_solved_share_on_a_total(tmp_path, monkeypatch):
+    import matplotlib.pyplot as plt
+
+    from gspo_recipes.commands.report import groups
+
+    drawn = []
+    monkeypatch.setattr(groups, "save", lambda fig, pyplot, path: (drawn.append(fig), plt.close(fig)))
+    counts = dict(batches=1, groups=4, responses=16, solve_all=1, solve_none=1, zero_std=2, effective=8)
+    for reward, solved_drawn in (("gsm8k_accuracy", True), ("total", False)):
+        assert groups.plot_groups([{"step": 1, "groups": {**counts, "reward": reward}}], str(tmp_path / "g.png"))
+        axes = drawn[-1].axes[0]
+        assert axes.get_title() == f"groups that carry signal (judged on {reward})"  # it said "(signal reward)"
+        labels = [line.get_label() for line in axes.get_lines()]
+        assert "effective_frac" in labels and ("solve_all_frac" in labels) == solved_drawn
+
+
 # ------------------------------------------------------------------------------------------------ one-token clips
 
 

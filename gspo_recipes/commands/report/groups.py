@@ -34,19 +34,16 @@ def groups_summary(lines: list[dict]) -> list[str]:
 
     total: dict[str, int] = {}
     sampled: dict[str, int] = {}
-    judged_on: list[str] = []  # the reward each section was judged on (absent before the sections named it)
     for line in lines:
         for section, into in (("groups", total), ("dynamic_sampling", sampled)):
             for key, value in (line.get(section) or {}).items():
-                if isinstance(value, str):
-                    if value not in judged_on:
-                        judged_on.append(value)
-                else:
+                if not isinstance(value, str):
                     into[key] = into.get(key, 0) + value
     if not total.get("groups"):
         return []
     f = group_fractions(total)
-    reward = f"judged on {', '.join(judged_on)}" if judged_on else "signal reward"
+    judged_on = _judged_on(lines)
+    reward = _reward_words(judged_on)
     solved = (
         ""
         if judged_on == ["total"]  # solved means 1 on a 0/1 success reward, which a total is not
@@ -72,6 +69,22 @@ def groups_summary(lines: list[dict]) -> list[str]:
     return out
 
 
+def _judged_on(lines: list[dict]) -> list[str]:
+    """The rewards the groups sections were judged on, in order of first use (none in files from before the sections
+    named their reward)."""
+    named: list[str] = []
+    for line in lines:
+        for section in ("groups", "dynamic_sampling"):
+            for value in (line.get(section) or {}).values():
+                if isinstance(value, str) and value not in named:
+                    named.append(value)
+    return named
+
+
+def _reward_words(judged_on: list[str]) -> str:
+    return f"judged on {', '.join(judged_on)}" if judged_on else "signal reward"
+
+
 def plot_groups(lines: list[dict], path: str) -> bool:
     """The four fractions over steps, with the low-signal warning's threshold, which is effective_frac's; False (no
     figure) when no line has a groups section."""
@@ -83,11 +96,15 @@ def plot_groups(lines: list[dict], path: str) -> bool:
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4))
     styles = {"effective_frac": "k-", "zero_std_frac": "r--", "solve_all_frac": "g:", "solve_none_frac": "b:"}
+    judged_on = _judged_on(lines)
     for name in SERIES:
+        if judged_on == ["total"] and name.startswith("solve_"):
+            continue  # as in the summary: solved means 1 on a 0/1 success reward, which a total is not
         ax.plot(series["step"], series[name], styles[name], marker="o", ms=3, label=name)
     threshold = LowSignalWarning().threshold
     ax.axhline(threshold, color="k", lw=0.8, ls=":", label=f"effective_frac warning below {threshold:g} (pooled)")
-    ax.set(xlabel="step", ylabel="share", ylim=(-0.02, 1.02), title="groups that carry signal (signal reward)")
+    ax.set(xlabel="step", ylabel="share", ylim=(-0.02, 1.02),
+           title=f"groups that carry signal ({_reward_words(judged_on)})")  # fmt: skip
     ax.legend(fontsize=8)
     save(fig, plt, path)
     return True
