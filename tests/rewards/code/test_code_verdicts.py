@@ -275,3 +275,47 @@ def test_a_chat_prompts_unfenced_code_is_the_datasets_helper(path):
     scores = code_execution([honest, forged], tests=[CHECK_32] * 2, entry_point=["find_zero"] * 2, prompts=prompts,
                             timeout_s=2.0)  # fmt: skip
     assert scores == [1.0, 0.0]
+
+
+# Round three's residue (item 7), against the same reference. An object of the program's that holds nothing but
+# claims a length, members and truth crosses as a handle, and the test's `len`, `in` and `bool` on it fail: 0, where
+# a fresh process believes it.
+LIAR = dedent(
+    """
+    def evens(n):
+        class Liar:
+            def __len__(self):
+                return n // 2
+            def __contains__(self, x):
+                return True
+            def __bool__(self):
+                return True
+        return Liar()
+    """
+)
+LIES = {
+    "len": "def test_len():\n    assert len(evens(6)) == 3\n",
+    "contains": "def test_in():\n    assert 4 in evens(6) and 2 in evens(6)\n",
+    "bool": "def test_bool():\n    assert evens(6)\n",
+}
+
+
+@pytest.mark.parametrize("lie", sorted(LIES))
+def test_an_object_that_lies_about_what_it_holds_scores_0(lie, path, tmp_path):
+    assert fresh_python(LIAR, LIES[lie], tmp_path) == 1.0  # the lie fools a fresh process
+    assert score(LIAR, LIES[lie]) == 0.0
+
+
+CHECK_ADD = "def check(candidate):\n    assert candidate(1, 2) == 3\n    assert candidate(-4, 4) == 0\n"
+
+
+def test_a_program_that_defines_check_is_judged_by_the_rows_check(path):
+    """A program whose last function is a `check` of its own (HumanEval's test function's name) neither replaces the
+    row's check nor makes the row unjudgeable (it scored None): the honest one 1.0, the one whose `check` passes
+    anything 0.0, as in a fresh process where the row's `check` is defined after the program."""
+    honest = "def add(a, b):\n    return a + b\n\ndef check(candidate):\n    pass\n"
+    forged = "def add(a, b):\n    return 0\n\ndef check(candidate):\n    pass\n"
+    for program, expected in ((honest, 1.0), (forged, 0.0)):
+        reference = subprocess.run([sys.executable, "-c", program + CHECK_ADD + "check(add)\n"], capture_output=True)
+        assert (reference.returncode == 0) == (expected == 1.0)
+        assert score(program, CHECK_ADD, entry_point=["add"]) == expected
