@@ -18,11 +18,12 @@ from 0, a constant sampler offset from rollout 20. Checks (exit 1 when any fails
     guard's warning.
 
 Part B (minutes to hours on 2 cores): the embedded GSM8K default (recipes/gsm8k_gspo.py), fixed vs adaptive, with
-and without a doubling of the learning rate at step `--drift-step`, `--seeds` seeds; per arm the per-side clip
-shares after the drift, the last-50-step reward, held-out pass@1 and the controller's share of step time.
+and without a step of the learning rate (x`--drift-factor`, 2 by default) at step `--drift-step`, `--seeds` seeds;
+per arm the per-side clip shares after the drift, the last-50-step reward, held-out pass@1 and the controller's share
+of step time.
 
     python benchmarks/adaptive_clip.py --part A [--plot docs/img/adaptive_clip_a.png]
-    python benchmarks/adaptive_clip.py --part B --steps 200 --seeds 3 [--out DIR] [--plot FILE]
+    python benchmarks/adaptive_clip.py --part B --steps 200 --seeds 3 [--drift-factor 2] [--out DIR] [--plot FILE]
 """
 
 from __future__ import annotations
@@ -268,7 +269,8 @@ def main(argv=None) -> int:
     parser.add_argument("--part", choices=("A", "B"), default="A")
     parser.add_argument("--plot", help="write the part's figure here")
     parser.add_argument("--steps", type=int, default=200, help="Part B: optimizer steps per run")
-    parser.add_argument("--drift-step", type=int, default=100, help="Part B: the step the learning rate doubles at")
+    parser.add_argument("--drift-step", type=int, default=100, help="Part B: the step the learning rate steps up at")
+    parser.add_argument("--drift-factor", type=float, default=2.0, help="Part B: the learning rate's step (x)")
     parser.add_argument("--seeds", type=int, default=3, help="Part B: seeds per arm")
     parser.add_argument("--out", default="adaptive_clip_runs", help="Part B: the runs' folder")
     args = parser.parse_args(argv)

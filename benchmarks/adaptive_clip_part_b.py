@@ -1,9 +1,9 @@
 """Part B of benchmarks/adaptive_clip.py: the embedded GSM8K default (recipes/configs/gsm8k_gspo_offline.yaml, the
-cold-start model, its shipped calibrated range), fixed vs adaptive range, with and without a doubling of the learning
-rate at `--drift-step`, over `--seeds` seeds. Per run: the per-side shares of the off-policy responses clipped
-(A < 0 below 1 - epsilon_low, A > 0 above 1 + epsilon_high) per optimizer step, the training reward (TRL's batch
-reward), the held-out pass@1 at the end (the recipe's held-out evaluation: 32 generated problems, greedy, strict
-grader), and the controller's time (recording and deciding) against the step time.
+cold-start model, its shipped calibrated range), fixed vs adaptive range, with and without a step of the learning
+rate (x`--drift-factor`, 2 by default) at `--drift-step`, over `--seeds` seeds. Per run: the per-side shares of
+the off-policy responses clipped (A < 0 below 1 - epsilon_low, A > 0 above 1 + epsilon_high) per optimizer step,
+the training reward (TRL's batch reward), the held-out pass@1 at the end (the recipe's held-out evaluation: 32
+generated problems, greedy, strict grader), and the controller's time (recording and deciding) against the step time.
 
 Checks, printed with their figures: after the drift the adaptive arm's mean per-side share lies in [5%, 20%] and the
 fixed arm's leaves it (else the drift is too weak and the comparison says nothing); without drift the adaptive arm's
@@ -25,17 +25,17 @@ OFFLINE = os.path.join(HERE, "..", "recipes", "configs", "gsm8k_gspo_offline.yam
 BAND = (0.05, 0.2)
 
 
-class DoubleLearningRateAt(TrainerCallback):
-    """The drift: from `step` on, the scheduler's base learning rate is twice the configured one."""
+class ScaleLearningRateAt(TrainerCallback):
+    """The drift: from `step` on, the scheduler's base learning rate is `factor` times the configured one."""
 
-    def __init__(self, step: int):
-        self.step = step
+    def __init__(self, step: int, factor: float):
+        self.step, self.factor = step, factor
 
     def on_step_begin(self, args, state, control, lr_scheduler=None, optimizer=None, **kwargs):
         if state.global_step == self.step:
-            lr_scheduler.base_lrs = [2 * lr for lr in lr_scheduler.base_lrs]
+            lr_scheduler.base_lrs = [self.factor * lr for lr in lr_scheduler.base_lrs]
             for group in optimizer.param_groups:
-                group["lr"] *= 2
+                group["lr"] *= self.factor
 
 
 def per_side_recorder(trainer) -> dict:
@@ -78,7 +78,9 @@ def controller_clock(trainer) -> dict:
     return clock
 
 
-def train_run(adaptive: bool, drift: bool, seed: int, steps: int, drift_step: int, out: str) -> dict:
+def train_run(
+    adaptive: bool, drift: bool, seed: int, steps: int, drift_step: int, out: str, factor: float = 2.0
+) -> dict:
     from gspo_recipes import GSPOTrainer
     from gspo_recipes.recipe import (
         RecipeArguments,
@@ -105,7 +107,7 @@ def train_run(adaptive: bool, drift: bool, seed: int, steps: int, drift_step: in
                           train_dataset=dataset, processing_class=tokenizer)  # fmt: skip
     add_heldout_eval(trainer, heldout, dataset)
     if drift:
-        trainer.add_callback(DoubleLearningRateAt(drift_step))
+        trainer.add_callback(ScaleLearningRateAt(drift_step, factor))
     counts = per_side_recorder(trainer)
     clock = controller_clock(trainer)
     start = time.perf_counter()
@@ -115,7 +117,8 @@ def train_run(adaptive: bool, drift: bool, seed: int, steps: int, drift_step: in
     rewards = [(e["step"], e["reward"]) for e in history if "reward" in e]
     pass1 = [e[k] for e in history for k in e if k.endswith("/pass@1")]
     epsilons = [(e["step"], e["gspo/epsilon_low"], e["gspo/epsilon_high"]) for e in history if "gspo/epsilon_low" in e]
-    return {"adaptive": adaptive, "drift": drift, "seed": seed, "counts": counts, "rewards": rewards,
+    return {"adaptive": adaptive, "drift": drift, "drift_factor": factor if drift else None, "seed": seed,
+            "counts": counts, "rewards": rewards,
             "pass1": pass1[-1] if pass1 else None, "wall_s": wall, "controller_s": clock["s"], "epsilons": epsilons,
             "heldout_prompts": min(len(heldout), args.heldout_max_prompts)}  # fmt: skip
 
@@ -137,7 +140,9 @@ def summarise(runs: list[dict], steps: int, drift_step: int) -> tuple[list[str],
         low, high = side_shares(run["counts"], drift_step, steps)
         last = [r for s, r in run["rewards"] if s > steps - 50]
         run["after"], run["last_reward"] = (low, high), statistics.fmean(last) if last else float("nan")
-        name = ("drift x2 " if run["drift"] else "no drift ") + ("adaptive" if run["adaptive"] else "fixed")
+        name = (f"drift x{run.get('drift_factor') or 2:g} " if run["drift"] else "no drift ") + (
+            "adaptive" if run["adaptive"] else "fixed"
+        )
         cost = run["controller_s"] / run["wall_s"]
         lines.append(f"{name:<22} {run['seed']:>4} {low:>18.1%} / {high:>5.1%} {run['last_reward']:>14.3f} "
                      f"{run['pass1'] if run['pass1'] is not None else float('nan'):>6.3f} {cost:>21.3%}")  # fmt: skip
@@ -178,7 +183,7 @@ def summarise(runs: list[dict], steps: int, drift_step: int) -> tuple[list[str],
     return lines, failures
 
 
-def plot_part_b(runs: list[dict], drift_step: int, path: str, rollout_steps: int = 4) -> None:
+def plot_part_b(runs: list[dict], drift_step: int, path: str, rollout_steps: int = 4, factor: float = 2.0) -> None:
     """Per-side share clipped per rollout (mean over seeds), fixed against adaptive, with and without drift."""
     import matplotlib
 
@@ -206,7 +211,8 @@ def plot_part_b(runs: list[dict], drift_step: int, path: str, rollout_steps: int
             ax.axhspan(*BAND, color="g", alpha=0.1)
             if drift:
                 ax.axvline(drift_step, color="r", lw=0.8, ls="--")
-            ax.set_title(f"{'LR x2 at step ' + str(drift_step) if drift else 'no drift'}: clipped {side}", fontsize=9)
+            drifted = f"LR x{factor:g} at step {drift_step}"
+            ax.set_title(f"{drifted if drift else 'no drift'}: clipped {side}", fontsize=9)
     axes[0, 0].legend(fontsize=8)
     for ax in axes[1]:
         ax.set_xlabel("optimizer step")
@@ -221,6 +227,8 @@ def part_b(args) -> int:
     os.makedirs(args.out, exist_ok=True)
     results_path = os.path.join(args.out, "part_b.json")
     runs = json.load(open(results_path)) if os.path.exists(results_path) else []
+    # A drifted run measured with another factor is not this run's (the steady ones are, whatever the factor).
+    runs = [r for r in runs if not r["drift"] or (r.get("drift_factor") or 2.0) == args.drift_factor]
     done = {(r["drift"], r["adaptive"], r["seed"]) for r in runs}
     for seed in range(args.seeds):
         for drift in (True, False):
@@ -230,7 +238,7 @@ def part_b(args) -> int:
                 folder = os.path.join(
                     args.out, f"{'drift' if drift else 'steady'}_{'adaptive' if adaptive else 'fixed'}_{seed}"
                 )
-                run = train_run(adaptive, drift, seed, args.steps, args.drift_step, folder)
+                run = train_run(adaptive, drift, seed, args.steps, args.drift_step, folder, args.drift_factor)
                 runs.append(run)
                 with open(results_path, "w") as f:
                     json.dump(runs, f)
@@ -238,7 +246,7 @@ def part_b(args) -> int:
     lines, failures = summarise(runs, args.steps, args.drift_step)
     print("\n".join(lines))
     if args.plot:
-        plot_part_b(runs, args.drift_step, args.plot)
+        plot_part_b(runs, args.drift_step, args.plot, factor=args.drift_factor)
         print(f"figure: {args.plot}")
     for failure in failures:
         print(f"FAIL {failure}")
