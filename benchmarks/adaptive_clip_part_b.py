@@ -123,6 +123,11 @@ def train_run(
             "heldout_prompts": min(len(heldout), args.heldout_max_prompts)}  # fmt: skip
 
 
+def drift_factor(run: dict) -> float:
+    """The learning-rate step of a drifted run (runs measured before the factor was kept had the doubling)."""
+    return run.get("drift_factor") or 2.0
+
+
 def side_shares(counts: dict, first: int, last: int) -> tuple[float, float]:
     """Each side's share clipped over the steps first..last (NaN for a side without responses there)."""
     rows = [row for step, row in counts.items() if first <= int(step) <= last]
@@ -140,7 +145,7 @@ def summarise(runs: list[dict], steps: int, drift_step: int) -> tuple[list[str],
         low, high = side_shares(run["counts"], drift_step, steps)
         last = [r for s, r in run["rewards"] if s > steps - 50]
         run["after"], run["last_reward"] = (low, high), statistics.fmean(last) if last else float("nan")
-        name = (f"drift x{run.get('drift_factor') or 2:g} " if run["drift"] else "no drift ") + (
+        name = (f"drift x{drift_factor(run):g} " if run["drift"] else "no drift ") + (
             "adaptive" if run["adaptive"] else "fixed"
         )
         cost = run["controller_s"] / run["wall_s"]
@@ -228,7 +233,7 @@ def part_b(args) -> int:
     results_path = os.path.join(args.out, "part_b.json")
     runs = json.load(open(results_path)) if os.path.exists(results_path) else []
     # A drifted run measured with another factor is not this run's (the steady ones are, whatever the factor).
-    runs = [r for r in runs if not r["drift"] or (r.get("drift_factor") or 2.0) == args.drift_factor]
+    runs = [r for r in runs if not r["drift"] or drift_factor(r) == args.drift_factor]
     done = {(r["drift"], r["adaptive"], r["seed"]) for r in runs}
     for seed in range(args.seeds):
         for drift in (True, False):

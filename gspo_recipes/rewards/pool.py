@@ -66,11 +66,10 @@ class _Worker:
         self.ready = False
 
     def kill(self) -> None:
-        self.process.kill()
         self.end(0.0)
 
     def end(self, grace_s: float) -> None:
-        """Wait up to `grace_s` for the process to exit, then kill it; close both pipes."""
+        """Wait up to `grace_s` for the process to exit, then kill it (at once with 0); close both pipes."""
         self.to_worker.close()  # idempotent; an idle worker exits on the end of its command pipe
         try:
             self.process.wait(grace_s)
