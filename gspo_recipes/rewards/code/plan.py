@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from .judge.confined import start_warm_workers
-from .judge.judge import inspected_classes
+from .judge.judge import inspected_classes, tests_reach_files
 from .judge.records import JudgeJob
 from .judge.remote import STARTUP_ALLOWANCE_S
 from .judge.source import defined_names, estimated_tests, top_level_call_argument, without_runner_calls
@@ -154,6 +154,7 @@ def _plan_row(program, tests, io_tests, entry_point, setup, helpers, timeout_s, 
         per_test_s=timeout_s,
         estimated_tests=total,
         limits=_with_wall(limits, wall),
+        share_files=tests_reach_files([*statements, setup or ""]),
     )
     return [Job("judge", job, total, limits)]
 

@@ -319,3 +319,116 @@ def test_a_program_that_defines_check_is_judged_by_the_rows_check(path):
         reference = subprocess.run([sys.executable, "-c", program + CHECK_ADD + "check(add)\n"], capture_output=True)
         assert (reference.returncode == 0) == (expected == 1.0)
         assert score(program, CHECK_ADD, entry_point=["add"]) == expected
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# 7. Round three's residue: files the test and the program share (BigCodeBench's file tasks)
+
+# (program, test script): each passes in a fresh process, where the test and the program share one filesystem.
+FILE_TASKS = {
+    "fixture in, file out": (
+        dedent(
+            """
+            import csv, os
+            def task_func(path, out="summary.csv"):
+                with open(path) as f:
+                    total = sum(int(row[1]) for row in csv.reader(f))
+                with open(out, "w") as f:
+                    f.write(f"total,{total}\\n")
+                return os.path.abspath(out)
+            """
+        ),
+        dedent(
+            """
+            import os, tempfile, unittest
+            class TestSummary(unittest.TestCase):
+                def setUp(self):
+                    self.path = os.path.join(tempfile.mkdtemp(), "in.csv")
+                    with open(self.path, "w") as f:
+                        f.write("a,1\\nb,2\\n")
+                def test_output_file(self):
+                    result = task_func(self.path)
+                    self.assertTrue(os.path.isfile("summary.csv"))
+                    with open(result) as f:
+                        self.assertEqual(f.read(), "total,3\\n")
+            """
+        ),
+    ),
+    "files into the test's folder, one removed": (
+        dedent(
+            """
+            import os
+            def task_func(folder):
+                for name in ("a.bin", "b.bin"):
+                    with open(os.path.join(folder, name), "wb") as f:
+                        f.write(bytes(range(256)) * 4)
+                os.remove(os.path.join(folder, "old.txt"))
+                os.mkdir(os.path.join(folder, "empty"))
+                return len(os.listdir(folder))
+            """
+        ),
+        dedent(
+            """
+            import os, tempfile
+            def test_folder():
+                folder = tempfile.mkdtemp()
+                open(os.path.join(folder, "old.txt"), "w").close()
+                assert task_func(folder) == 3
+                assert sorted(os.listdir(folder)) == ["a.bin", "b.bin", "empty"]
+                with open(os.path.join(folder, "b.bin"), "rb") as f:
+                    assert f.read() == bytes(range(256)) * 4
+            """
+        ),
+    ),
+    "a file rewritten between calls": (
+        "def bump(path):\n    n = int(open(path).read())\n    open(path, 'w').write(str(n + 1))\n    return n\n",
+        dedent(
+            """
+            def test_counter():
+                open("count.txt", "w").write("7")
+                assert bump("count.txt") == 7
+                assert open("count.txt").read() == "8"
+                open("count.txt", "w").write("40")
+                assert bump("count.txt") == 40 and bump("count.txt") == 41
+                assert open("count.txt").read() == "42"
+            """
+        ),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FILE_TASKS))
+def test_the_test_and_the_program_share_files_as_in_one_process(case, path, tmp_path):
+    """Each sandbox has its own /tmp; what one side changes there crosses with each call and its reply (it scored 0:
+    the program never saw the test's files, nor the test the program's)."""
+    program, script = FILE_TASKS[case]
+    assert fresh_python(program, script, tmp_path) == 1.0
+    assert score(program, script) == 1.0
+    assert score(program.replace("return", "return None and"), script) == 0.0  # the files alone pass nothing
+
+
+def test_a_module_the_program_plants_where_the_judge_imports_never_runs(path, tmp_path):
+    """A program that writes a module into the working directory (on the judge's import path as '', the pool's
+    processes being `python -c`) does not run in the judge: the judge drops every import path the program could
+    write to. A fresh process, whose test file sits in that directory, imports it."""
+    forged = dedent(
+        """
+        def double(x):
+            with open("colorsys.py", "w") as f:
+                f.write("import unittest\\nunittest.TestCase.assertEqual = lambda *a, **k: None\\n")
+            return 0
+        """
+    )
+    script = dedent(
+        """
+        import unittest
+        class TestDouble(unittest.TestCase):
+            def test_double(self):
+                got = double(2)
+                import colorsys
+                self.assertEqual(got, 4)
+        """
+    )
+    assert fresh_python(forged, script, tmp_path) == 1.0
+    assert score(forged, script) == 0.0
+    assert score("def double(x):\n    return 2 * x\n", script) == 1.0

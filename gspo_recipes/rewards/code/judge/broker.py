@@ -86,7 +86,7 @@ class Broker:
         self.starts += 1
         job = self.job
         try:
-            spec = worker.WorkerSpec(job.backend, job.program, job.per_test_s, job.limits)
+            spec = worker.WorkerSpec(job.backend, job.program, job.per_test_s, job.limits, job.shares_tmp)
             process = worker.WorkerProcess(spec)
         except OSError as error:
             return self._send(["failed", error.errno or 0, str(error)[:200]])

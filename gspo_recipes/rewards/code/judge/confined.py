@@ -21,10 +21,11 @@ from pathlib import Path
 
 from ..sandbox import launch as sandbox
 from ..sandbox import warm, worker
-from ..sandbox.inside import confine, zygote
+from ..sandbox.inside import confine, shared_tmp, zygote
 from ..sandbox.isolation import (
     SANDBOX_UID_BASE,
     SANDBOX_UIDS,
+    WORKDIR_IN_BWRAP,
     _python_mounts,
     is_root,
     sandbox_env,
@@ -37,7 +38,7 @@ from .broker import Broker, BrokerClient
 from .records import JudgeJob, Verdict
 
 JUDGE_UID_BASE = SANDBOX_UID_BASE - SANDBOX_UIDS  # 58976-59999: beside the programs' uids, never one of them
-JUDGE_WORKDIR = "/tmp/judge"
+JUDGE_WORKDIR = WORKDIR_IN_BWRAP  # the program's too: a path either builds from its working directory is one file
 JUDGE_TMPFS_MB = 64
 JUDGE_PROCESSES = 64
 _PACKAGE_DIR = str(Path(__file__).resolve().parents[3])  # gspo_recipes: the judge imports its own modules lazily
@@ -160,6 +161,7 @@ def _judge_confined(job: JudgeJob, root: str, uid: int, sock_fd: int, result_wri
     try:
         _build_root(root, uid)
         _drop_to(uid)
+        _no_imports_from_shared_tmp()
     except BaseException as error:  # noqa: BLE001 (no verdict: the broker turns an empty reply into the row's 0)
         _exit_failed(error)
     _judge_and_reply(job, sock_fd, result_write)
@@ -234,6 +236,12 @@ def _drop_to(uid: int) -> None:
     _judge_environment()
 
 
+def _no_imports_from_shared_tmp() -> None:
+    """The program writes to the judge's /tmp (`shared_tmp.py`): nothing there is importable by the judge. Run in
+    the confined judge's own filesystem, where an interpreter under /tmp is a read-only mount."""
+    sys.path[:] = [entry for entry in sys.path if shared_tmp.shared_path_is_safe(entry)]
+
+
 def _judge_environment() -> None:
     os.environ.clear()
     os.environ.update(sandbox_env(JUDGE_WORKDIR), USER="judge", LOGNAME="judge")  # getpass: the uid has no name
@@ -264,6 +272,7 @@ def _fork_judge_zygote() -> warm.Zygote:
             config = {"root": root, "plan": plan, "tmpfs_mb": 8, "name": "gspo-zygote-jdg",
                       "user_namespace": not is_root()}  # fmt: skip
             own_pid_namespace = zygote.become_zygote(config)
+            _no_imports_from_shared_tmp()  # once, for every attempt it forks
             theirs.send(b'["ready"]')
             zygote.serve(theirs, _judge_payload, own_pid_namespace)
         except BaseException as error:  # noqa: BLE001

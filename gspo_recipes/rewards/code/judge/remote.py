@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from ..sandbox import launch as sandbox
+from ..sandbox.inside.shared_tmp import shared_tmp_apply, shared_tmp_changes
 from ..sandbox.inside.wire import NotPlainData, decode, encode
 from ..sandbox.worker import SandboxWorker, WorkerGone, WorkerSpec, WorkerStarter
 from .broker import WorkerStartsCapped
@@ -140,6 +141,11 @@ class Link:
         self.exception_classes: dict[str, type] = {}  # see `program_exception`: one class per claim, per row
         self.dataset_names: dict = {}  # the tests' namespace (set by the judge): the dataset's own classes
         self.test_deadline = time.monotonic() + job.per_test_s
+        # /tmp kept alike with the program's (`shared_tmp.py`) where the tests can reach a file and both /tmp are
+        # sandboxes' own: the confined judge's (it starts workers through the broker, which agrees) and a namespace
+        # backend's
+        self.share_tmp = job.shares_tmp and start_worker is not None
+        self.tmp_seen: dict = {}  # what the program's /tmp holds of ours, as we last scanned it
 
     def ensure(self) -> bool:
         if self.worker is not None and self.worker.alive:
@@ -156,6 +162,7 @@ class Link:
         except OSError as error:  # no process could be started: the machine's failure, not the program's
             raise sandbox.SandboxUnavailable(f"could not start the sandboxed worker: {error}") from error
         self.generation += 1
+        self.tmp_seen = {}  # a new worker's /tmp has nothing of ours yet
         try:
             ready = self.worker.receive(startup_s)[0] == "ready"
         except WorkerGone:
@@ -263,9 +270,22 @@ class Link:
         if self.worker is None or not self.worker.alive:  # restarted between tests only, never under a test's alarm
             raise WorkerGone("the program is not running")
         budget = self._budget()
+        if self.share_tmp:  # what the test wrote to /tmp since the last call, there before this one runs
+            entries, self.tmp_seen = shared_tmp_changes(self.tmp_seen)
+            if entries and self.worker.request(["files", entries, budget], budget + REPLY_GRACE_S) != ["ok"]:
+                raise WorkerGone("unexpected reply")
         reply = self.worker.request([*request, budget], budget + REPLY_GRACE_S)
-        while reply[0] == "callback" and len(reply) == 4:  # the program calls a function the test passed in
-            reply = self.worker.request(self._called_back(*reply[1:]), self._budget() + REPLY_GRACE_S)
+        while True:
+            if reply[0] == "callback" and len(reply) == 4:  # the program calls a function the test passed in
+                reply = self.worker.request(self._called_back(*reply[1:]), self._budget() + REPLY_GRACE_S)
+            elif self.share_tmp and reply[0] == "files" and len(reply) == 2:  # what the call wrote to /tmp
+                try:
+                    self.tmp_seen = shared_tmp_apply(reply[1])
+                except ValueError as error:
+                    raise NotPlainData(str(error)) from None
+                reply = self.worker.request(["taken"], self._budget() + REPLY_GRACE_S)
+            else:
+                break
         if reply[0] == "ok" or (reply[0] == "raised" and len(reply) >= 3):
             return reply
         if reply[0] == "timeout":

@@ -42,6 +42,7 @@ class WorkerSpec(NamedTuple):
     program: str
     per_test_s: float
     limits: launch.Limits
+    share_tmp: bool = False  # /tmp's files cross with each call (`inside/shared_tmp.py`): both sides sandboxed
 
 
 # Where a worker comes from when the judge may not start sandboxes itself (confined: `judge/broker.py`): the
@@ -54,7 +55,7 @@ class WorkerProcess:
     ends of its pipes. Always `end()` it."""
 
     def __init__(self, spec: WorkerSpec):
-        backend, program, per_test_s, limits = spec
+        backend, program, per_test_s, limits, share_tmp = spec
         self.namespaced = backend != "plain"
         self.requests = self.replies = self.process = self._guard = self._watchdog = None
         self._cleanup = lambda: None
@@ -77,7 +78,7 @@ class WorkerProcess:
             self.end()
             raise
         job = {"mode": "serve", "program": program, "per_test_s": per_test_s, "rlimits": limits.rlimits(),
-               "sys_path": launch.SITE_DIRS, "ipc_namespace": self.namespaced}  # fmt: skip
+               "sys_path": launch.SITE_DIRS, "ipc_namespace": self.namespaced, "share_tmp": share_tmp}  # fmt: skip
         try:
             write_all(job_write, json.dumps(job).encode())
         except OSError:

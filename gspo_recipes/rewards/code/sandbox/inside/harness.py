@@ -164,6 +164,12 @@ def _serve(job, fds, exit_now, set_timer, real_timer, base_exception):
     timed = _call_timer(set_timer, real_timer, base_exception)
     program_file = _program_file(job["program"])
     namespace = _program_module("solution", program_file, __builtins__).__dict__
+    # /tmp kept alike with the judge's (shared_tmp.py) where the tests can reach a file: what the test wrote before a
+    # call is here when it runs, what the call wrote goes back before its reply. The program's own file stays ours.
+    share_tmp = job.get("share_tmp", False)
+    tmp_changes, tmp_apply, tmp_top = codec["shared_tmp_changes"], codec["shared_tmp_apply"], codec["SHARED_TOP"]
+    own = {os.path.relpath(program_file, tmp_top)} if program_file.startswith(tmp_top + "/") else set()
+    tmp_seen = [codec["shared_tmp_scan"](own) if share_tmp else {}]
     current = [0]  # the number of the judge's latest line: every reply echoes it
 
     def call_back(callback_id, args, kwargs, encode_value, decode_value):
@@ -195,7 +201,19 @@ def _serve(job, fds, exit_now, set_timer, real_timer, base_exception):
         if not line:
             exit_now(0)
         current[0], *request = loads(line)
+        if share_tmp and request[0] == "files":
+            tmp_seen[0] = tmp_apply(request[1], own)
+            reply([current[0], "ok"])
+            continue
         outcome = timed(request[-1], lambda: respond(request))  # noqa: B023 (called at once)
+        if share_tmp:
+            entries, tmp_seen[0] = tmp_changes(tmp_seen[0], own)
+            if entries:  # the judge takes them, then asks for the call's outcome
+                reply([current[0], "files", entries])
+                line = requests.readline(max_message)
+                if not line:
+                    exit_now(0)
+                current[0] = loads(line)[0]
         reply([current[0], *outcome])
 
 
