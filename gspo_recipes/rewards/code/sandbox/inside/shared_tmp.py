@@ -6,6 +6,7 @@ The rest of this module's notes: docs/code-sandbox.md, "Module notes", sandbox/i
 SHARED_TOP = "/tmp"  # each side's own: the judge's and the program's sandboxes each mount a private /tmp
 MAX_SHARED_BYTES = 4 << 20  # file contents, each way, each call (base64 keeps a message under the wire's 8 MiB)
 MAX_SHARED_ENTRIES = 2000
+_ENTRY_LENGTHS = {"d": 3, "f": 4, "x": 2}  # the entries `shared_tmp_changes` makes, by kind
 _SUMMED_BYTES = 1 << 18  # files up to this size are told apart by their contents too (tmpfs times are coarse)
 
 
@@ -88,17 +89,18 @@ def shared_tmp_apply(entries, skip=()):
         raise ValueError("shared files: not a list of entries")
     received = 0
     for entry in entries:
-        if not isinstance(entry, list) or len(entry) < 2 or entry[0] not in ("d", "f", "x"):
+        # ["d", path, mode], ["f", path, mode, base64 contents], ["x", path]
+        if not isinstance(entry, list) or not entry or _ENTRY_LENGTHS.get(str(entry[0])) != len(entry):
             raise ValueError("shared files: malformed entry")
         kind, path = entry[0], _checked_path(entry[1])
         if path in skip:
             continue
         full = SHARED_TOP + "/" + path
-        mode = entry[2] if kind != "x" and len(entry) > 2 else 0
-        if kind != "x" and (type(mode) is not int or not 0 <= mode <= 0o7777):
+        mode = 0 if kind == "x" else entry[2]
+        if type(mode) is not int or not 0 <= mode <= 0o7777:
             raise ValueError("shared files: malformed mode")
         if kind == "f":
-            if len(entry) != 4 or not isinstance(entry[3], str):
+            if not isinstance(entry[3], str):
                 raise ValueError("shared files: malformed file")
             try:
                 data = binascii.a2b_base64(entry[3].encode("ascii"))
