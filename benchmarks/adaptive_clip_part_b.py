@@ -78,9 +78,7 @@ def controller_clock(trainer) -> dict:
     return clock
 
 
-def train_run(
-    adaptive: bool, drift: bool, seed: int, steps: int, drift_step: int, out: str, factor: float = 2.0
-) -> dict:
+def train_run(adaptive: bool, drift: bool, seed: int, steps: int, drift_step: int, out: str, factor: float) -> dict:
     from gspo_recipes import GSPOTrainer
     from gspo_recipes.recipe import (
         RecipeArguments,
@@ -188,7 +186,7 @@ def summarise(runs: list[dict], steps: int, drift_step: int) -> tuple[list[str],
     return lines, failures
 
 
-def plot_part_b(runs: list[dict], drift_step: int, path: str, rollout_steps: int = 4, factor: float = 2.0) -> None:
+def plot_part_b(runs: list[dict], drift_step: int, path: str, factor: float, rollout_steps: int = 4) -> None:
     """Per-side share clipped per rollout (mean over seeds), fixed against adaptive, with and without drift."""
     import matplotlib
 
