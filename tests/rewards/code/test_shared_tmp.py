@@ -137,3 +137,16 @@ def test_files_cross_only_for_tests_that_can_reach_a_file(tests, setup, reach):
     (job,) = plan_row("def f():\n    return 1\n", tests, None, "f", setup, [], 1.0, Limits())
     assert job.payload.share_files is reach
     assert tests_reach_files(["def check(:"]) is True  # what does not parse counts as reaching
+
+
+@pytest.mark.parametrize(
+    ("backend", "share_files", "shares"),
+    [("bwrap", True, True), ("bwrap", False, False), ("unshare", True, False), ("plain", True, False)],
+)
+def test_only_a_namespace_backends_tmp_is_shared(backend, share_files, shares):
+    """A weak backend's program writes the host's /tmp: nothing there is scanned or sent, whatever the tests do."""
+    from gspo_recipes.rewards.code.judge.records import JudgeJob
+    from gspo_recipes.rewards.code.sandbox.launch import Limits
+
+    job = JudgeJob("", "asserts", [], None, "", [], 1.0, 1, Limits(), backend, share_files)
+    assert job.shares_tmp is shares
