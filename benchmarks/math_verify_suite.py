@@ -4,8 +4,8 @@ credit (issue 38's targets: at most 15 and 0).
 Every `@pytest.mark.parametrize("gold, pred, expected")` case of huggingface/Math-Verify's `tests/` folder that runs
 under math-verify's default settings (strict, no set-relation comparison, 6-decimal precision; the others test a
 setting we do not have and are listed as skipped) is scored by `math_accuracy`: the gold as a `solution` column,
-the prediction committed as our docs ask (kept as written when it commits; a lone math span or expression is
-boxed; prose that commits to nothing is followed by "The answer is" and its last value).
+the prediction written as our docs ask (kept as written when it has an answer marker; a lone math span or
+expression is boxed; prose without a marker is followed by a line "The answer is" and its last value).
 
     git clone https://github.com/huggingface/Math-Verify /tmp/Math-Verify   # anywhere; no network is used here
     python benchmarks/math_verify_suite.py /tmp/Math-Verify/tests [--grader math_accuracy] [--verbose]
@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gspo_recipes.rewards import get_reward  # noqa: E402
-from gspo_recipes.rewards.math.contract import read_commitments  # noqa: E402
+from gspo_recipes.rewards.math.marker import final_marker  # noqa: E402
 
 DEFAULTS = {"strict": True, "allow_set_relation_comp": False, "precision": 6}
 
@@ -75,10 +75,11 @@ def _call_options(function: ast.FunctionDef) -> dict:
 
 
 def committed(pred: str) -> str:
-    """The prediction committed as our docs ask: as written when it commits (a box, an answer word); a lone math
-    span or expression boxed; other prose followed by "The answer is" and its last value (the one math-verify
-    would take), as a model that ends on that value would write."""
-    if re.search(r"\\boxed|\\fbox", pred) or read_commitments(pred) is not None:
+    """The prediction written as our docs ask: as written when it has an answer marker (a box, `<answer>` tags, a
+    `####` line, an answer line ending it); a lone math span or expression boxed; other prose followed by a line
+    "The answer is" and the value it states as its final answer, else its last value (the one math-verify would
+    take), as a model that ends on that value would write."""
+    if final_marker(pred) is not None:
         return pred
     text = pred.strip()
     span = re.fullmatch(r"\$\$?([^$]+)\$\$?|\\\((.+)\\\)|\\\[(.+)\\\]", text, re.DOTALL)
@@ -86,7 +87,8 @@ def committed(pred: str) -> str:
         return f"$\\boxed{{{next(group for group in span.groups() if group).strip()}}}$"
     if not re.search(r"[A-Za-z]{3,}\s+[A-Za-z]{3,}", re.sub(r"\\[A-Za-z]+", " ", text)):
         return f"$\\boxed{{{text}}}$"
-    values = re.findall(r"\$\$?([^$]+)\$\$?|\\\[(.+?)\\\]|(-?\d[\d,]*(?:\.\d+)?(?:/\d+)?)", text, re.DOTALL)
+    stated = re.findall(r"final answer is:?\s*(?:\$\$?([^$]+)\$\$?|\\\((.+?)\\\)|(-?\d[\d,]*(?:\.\d+)?))", text, re.I)
+    values = stated or re.findall(r"\$\$?([^$]+)\$\$?|\\\[(.+?)\\\]|(-?\d[\d,]*(?:\.\d+)?(?:/\d+)?)", text, re.DOTALL)
     last = next((group for group in values[-1] if group), "") if values else ""
     return f"{pred}\n\nThe answer is ${last.strip()}$." if last else pred
 

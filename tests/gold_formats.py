@@ -23,17 +23,25 @@ DATA = _data_folder()
 GSM8K_FILE, MATH500_FILE = DATA / "gsm8k_test.jsonl", DATA / "math500_test.jsonl"
 INSTRUCTION = "Return your final response within \\boxed{}. "
 
-# Each answer format: how an honest completion ends, given its reasoning and its final answer (as LaTeX).
+# Each answer marker, as an honest completion ends: given its reasoning and its final answer (as LaTeX).
 FORMATS = {
     "boxed": lambda reasoning, answer: f"{reasoning}\n\nSo the final answer is $\\boxed{{{answer}}}$.",
-    "the answer is": lambda reasoning, answer: f"{reasoning}\n\nThe answer is ${answer}$.",
-    "answer line": lambda reasoning, answer: f"{reasoning}\n\nAnswer: ${answer}$",
+    "fbox": lambda reasoning, answer: f"{reasoning}\n\n$\\fbox{{{answer}}}$",
     "answer tags": lambda reasoning, answer: f"<think>\n{reasoning}\n</think>\n<answer>\n{answer}\n</answer>",
     "answer tags, one line": lambda reasoning, answer: f"<think>{reasoning}</think><answer>{answer}</answer>",
-    "bold answer": lambda reasoning, answer: f"{reasoning}\n\n**Answer:** ${answer}$",
+    "#### line": lambda reasoning, answer: f"{reasoning}\n#### {answer}",
+    "answer line": lambda reasoning, answer: f"{reasoning}\n\nAnswer: ${answer}$",
+    "the answer is": lambda reasoning, answer: f"{reasoning}\n\nThe answer is ${answer}$.",
+    "bold answer": lambda reasoning, answer: f"{reasoning}\n\n**Final answer:** ${answer}$",
+    "answer heading": lambda reasoning, answer: f"{reasoning}\n\n## Final Answer\n\n${answer}$",
+    "Russian": lambda reasoning, answer: f"{reasoning}\n\nОтвет: ${answer}$",
+    "Chinese": lambda reasoning, answer: f"{reasoning}\n\n答案是 ${answer}$",
+    "German": lambda reasoning, answer: f"{reasoning}\n\nDie Antwort ist ${answer}$.",
 }
+# Markers that may have prose after them (an answer line is the completion's last line by definition).
+CHECKABLE = ("boxed", "fbox", "answer tags", "answer tags, one line", "#### line")
 CHECK = "\n\nLet's check our answer: we go through the steps again. {line} Every step agrees."
-WRONG_CORRECTION = "\n\nEDIT: the answer is {wrong}."
+WAIT = "\n\nWait, I should double-check this. {line} Hmm, the answer is not 0."
 
 
 def rows(path: Path) -> list[dict]:

@@ -1,6 +1,6 @@
-"""Issue 38, items 2 to 5: wrappers read through, echoes by meaning, units that change a value, and the equivalents a
-gold admits. Each cause both ways: the honest answer scores 1, the wrong or evasive one 0 (one batch, and a failure
-lists every case that scored otherwise)."""
+"""Issue 38, items 2 to 5 (as issue 44 reads them): wrappers read through, echoes by meaning, units that change a
+value, and the equivalents a gold admits. Each cause both ways: the honest answer scores 1, the wrong or evasive one 0
+(one batch, and a failure lists every case that scored otherwise)."""
 
 from gspo_recipes.rewards import math_accuracy
 
@@ -26,7 +26,7 @@ CASES = [
     ("(2, 2), (6, 2)", "\\boxed{(2, 2)} \\quad \\text{and} \\quad \\boxed{(6, 2)}", 1, None),
     ("(2, 2), (6, 2)", "\\boxed{(2, 2)} \\quad \\text{and} \\quad \\boxed{(6, 3)}", 0, None),
     ("5", "\\boxed{5} \\quad \\text{and} \\quad \\boxed{6}", 0, None),
-    ("120", "\\boxed{5!}", 1, None),
+    ("120", "\\boxed{5!}", 0, None),  # equal in value, more complex in form (issue 44)
     ("120", "\\boxed{6!}", 0, None),
     ("(5, 8)", "\\boxed{(x, y) = (5, 8)}", 1, None),
     ("(5, 8)", "\\boxed{(x, y) = (5, 9)}", 0, None),
@@ -40,11 +40,13 @@ CASES = [
     ("[2, 5)", "\\boxed{\\{x \\mid 2 \\le x \\le 5\\}}", 0, None),
     ("\\text{Evelyn}", "\\boxed{\\text{the Evelyn}}", 1, None),
     ("\\text{east}", "\\boxed{\\text{the east}}", 1, None),
-    ("18", "\\boxed{18\\,\\text{dollars}}", 1, None),
+    ("18", "\\boxed{18\\,\\text{dollars}}", 1, "How many dollars?"),
+    ("18", "\\boxed{18\\,\\text{dollars}}", 0, None),  # a unit the problem never names
     ("18", "\\boxed{\\mathrm{18}}", 1, None),
     ("18", "\\boxed{\\boxed{18}}", 1, None),
     ("18", "\\boxed{\\boxed{20} \\text{ or } 18}", 0, None),
-    ("0.5", "\\boxed{50 \\text{ cents}}", 0, "How many dollars?"),
+    ("0.5", "\\boxed{50 \\text{ cents}}", 1, "How many dollars?"),  # converts to the same value (issue 44)
+    ("0.5", "\\boxed{0.5 \\text{ cents}}", 0, "How many dollars?"),
     ("0.5", "\\boxed{\\$0.50}", 1, "How many dollars?"),
     ("50", "\\boxed{50¢}", 1, "How many cents?"),
     ("50", "\\boxed{50 \\text{ cents}}", 1, "How many cents?"),
@@ -61,7 +63,7 @@ CASES = [
     ("2", "\\boxed{6 \\div 3}", 0, "Compute $6 \\div 3$."),
     ("2", "\\boxed{6/3}", 0, "Compute $6 \\div 3$."),
     ("6", "\\boxed{2 \\cdot 3}", 0, "Compute $2 \\times 3$."),
-    ("6", "\\boxed{6/1}", 1, "Compute $2 \\times 3$."),
+    ("6", "\\boxed{6/1}", 0, "Compute $2 \\times 3$."),  # a fraction not in lowest terms: more complex
     ("5", "\\boxed{|-5|}", 0, "Compute $\\left|-5\\right|$."),
     ("18", "`\\boxed{20}` is wrong; \\boxed{18}", 1, None),
     ("18", "\\boxed{18} ``` \\boxed{20}", 0, None),

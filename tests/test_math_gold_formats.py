@@ -1,6 +1,8 @@
-"""Issue 38, item 8: every gold of GSM8K's test split and MATH-500 is credited in every answer format the graders
-support (each with and without a check paragraph after the answer), and a correction to a wrong value appended to
-any of them scores 0 on every row, while a correction to the right value after a wrong one scores 1.
+"""Issues 38 and 44: every gold of GSM8K's test split and MATH-500 is credited in every answer marker (boxes, `\\fbox`,
+`<answer>` tags, a `####` line, answer lines in several labels and languages; the markers that may have prose after
+them also followed by a check paragraph and by a "Wait, I should double-check" paragraph), and MATH-500's worked
+solutions as written. Prose after the last marker changes nothing: a correction to a wrong value written in prose
+keeps the right answer's 1, and a wrong value in a later marker scores 0.
 
 Runs on the shared data files (`../shared/data`, see tests/gold_formats.py). Every row is the slow tier (about a
 minute on 2 loaded cores, the MATH-500 corrections most of it, since each wrong value goes to math-verify); the fast
@@ -10,10 +12,12 @@ tier takes every tenth row of each file.
 import pytest
 from gold_formats import (
     CHECK,
+    CHECKABLE,
     FORMATS,
     GSM8K_FILE,
     INSTRUCTION,
     MATH500_FILE,
+    WAIT,
     check_line,
     gsm8k_parts,
     math_reasoning,
@@ -26,15 +30,16 @@ pytestmark = pytest.mark.skipif(
     not (GSM8K_FILE.exists() and MATH500_FILE.exists()),
     reason=f"the shared data files are not at {GSM8K_FILE.parent} (set GSPO_SHARED_DATA)",
 )
-CORRECTIONS = [  # how a completion withdraws its answer: each must be read as the new commitment
-    "\n\nEDIT: the answer is {value}.",
-    "\n\nEDIT: {value}",
-    "\n\nCorrection: {value}.",
-    "\n\nActually, it is {value}.",
-    "\n\nWait, the answer should be {value}.",
-    "\n\nNo wait, {value}.",
-    "\n\n**Answer:** {value}",
+PROSE_CORRECTIONS = [  # prose after the last marker: never read (docs/rewards.md, what the rule gives up)
+    "\n\nEDIT: the answer is {value}, not this.",
+    "\n\nWait, actually it should be {value}. Let me redo it.",
+    "\n\nNo wait, {value}. Hmm, I am not sure.",
+]
+LATER_MARKERS = [  # a later marker is the answer
+    "\n\nAnswer: {value}",
+    "\n\n**Final answer:** {value}",
     "\n\n<answer>{value}</answer>",
+    "\n\n\\boxed{{{value}}}",
 ]
 
 
@@ -65,26 +70,27 @@ def test_every_gsm8k_gold_is_credited_in_every_format(gsm8k):
     golds, questions = [row["answer"] for row in gsm8k], [row["question"] for row in gsm8k]
     failures = {"as written": _rejected(gsm8k_accuracy(golds, answer=golds, prompts=questions))}
     for name, write in FORMATS.items():
-        for check in (False, True):
+        for tail in ("", CHECK, WAIT) if name in CHECKABLE else ("",):
             completions = []
             for row in gsm8k:
                 reasoning, number = gsm8k_parts(row)
-                completions.append(write(reasoning, number) + (CHECK.format(line=check_line(reasoning)) * check))
-            failures[name + " + check" * check] = _rejected(
-                gsm8k_accuracy(completions, answer=golds, prompts=questions)
-            )
+                completions.append(write(reasoning, number) + tail.format(line=check_line(reasoning)))
+            failures[name + tail[:12]] = _rejected(gsm8k_accuracy(completions, answer=golds, prompts=questions))
     assert {name: rejected for name, rejected in failures.items() if rejected} == {}
 
 
-def test_a_correction_after_a_gsm8k_gold_is_read_both_ways(gsm8k):
+def test_after_a_gsm8k_gold_prose_changes_nothing_and_a_later_marker_decides(gsm8k):
     golds = [row["answer"] for row in gsm8k]
     numbers = [int(gsm8k_parts(row)[1].replace(",", "")) for row in gsm8k]
     failures = {}
-    for correction in CORRECTIONS:
+    for correction in PROSE_CORRECTIONS:
         wrong = [gold + correction.format(value=number + 1) for gold, number in zip(golds, numbers)]
-        failures[f"wrong {correction!r}"] = _rejected(gsm8k_accuracy(wrong, answer=golds), expected=0.0)
-        retracted = [f"#### {number + 1}" + correction.format(value=number) for number in numbers]
-        failures[f"right {correction!r}"] = _rejected(gsm8k_accuracy(retracted, answer=golds))
+        failures[f"prose {correction!r}"] = _rejected(gsm8k_accuracy(wrong, answer=golds))
+    for marker in LATER_MARKERS:
+        wrong = [gold + marker.format(value=number + 1) for gold, number in zip(golds, numbers)]
+        failures[f"wrong {marker!r}"] = _rejected(gsm8k_accuracy(wrong, answer=golds), expected=0.0)
+        retracted = [f"#### {number + 1}" + marker.format(value=number) for number in numbers]
+        failures[f"right {marker!r}"] = _rejected(gsm8k_accuracy(retracted, answer=golds))
     assert {name: rows for name, rows in failures.items() if rows} == {}
 
 
@@ -93,24 +99,25 @@ def test_every_math500_worked_solution_and_gold_is_credited_in_every_format(math
     solutions, answers = [row["solution"] for row in math500], [row["answer"] for row in math500]
     failures = {"worked solution": _rejected(math_accuracy(solutions, solution=solutions, prompts=problems))}
     for name, write in FORMATS.items():
-        for check in (False, True):
+        for tail in ("", CHECK, WAIT) if name in CHECKABLE else ("",):
             completions = []
             for row in math500:
                 reasoning = math_reasoning(row["solution"])
-                completions.append(write(reasoning, row["answer"]) + CHECK.format(line=check_line(reasoning)) * check)
-            failures[name + " + check" * check] = _rejected(
-                math_accuracy(completions, answer=answers, prompts=problems)
-            )
+                completions.append(write(reasoning, row["answer"]) + tail.format(line=check_line(reasoning)))
+            failures[name + tail[:12]] = _rejected(math_accuracy(completions, answer=answers, prompts=problems))
     assert {name: rejected for name, rejected in failures.items() if rejected} == {}
 
 
-def test_a_correction_after_a_math500_solution_is_read_both_ways(math500):
+def test_after_a_math500_solution_prose_changes_nothing_and_a_later_marker_decides(math500):
     solutions, answers = [row["solution"] for row in math500], [row["answer"] for row in math500]
     wrong_value = "-98765"  # no MATH-500 answer, and a number: decided in-process where the gold is one too
     failures = {}
-    for correction in CORRECTIONS[:3] + CORRECTIONS[-2:]:
-        wrong = [solution + correction.format(value=f"${wrong_value}$") for solution in solutions]
-        failures[f"wrong {correction!r}"] = _rejected(math_accuracy(wrong, answer=answers), expected=0.0)
-        right = [f"\\boxed{{{wrong_value}}}" + correction.format(value=f"${answer}$") for answer in answers]
-        failures[f"right {correction!r}"] = _rejected(math_accuracy(right, answer=answers))
+    for correction in PROSE_CORRECTIONS:
+        after = [solution + correction.format(value=f"${wrong_value}$") for solution in solutions]
+        failures[f"prose {correction!r}"] = _rejected(math_accuracy(after, solution=solutions))
+    for marker in LATER_MARKERS:
+        wrong = [solution + marker.format(value=wrong_value) for solution in solutions]
+        failures[f"wrong {marker!r}"] = _rejected(math_accuracy(wrong, answer=answers), expected=0.0)
+        right = [f"\\boxed{{{wrong_value}}}" + marker.format(value=answer) for answer in answers]
+        failures[f"right {marker!r}"] = _rejected(math_accuracy(right, answer=answers))
     assert {name: rows for name, rows in failures.items() if rows} == {}

@@ -20,7 +20,8 @@ from gspo_recipes.rewards import (
     math_accuracy,
     soft_overlong_punishment,
 )
-from gspo_recipes.rewards.math import gsm8k_accuracy_lenient, math_accuracy_lenient
+from gspo_recipes.rewards.math import gsm8k_accuracy_lenient, math_accuracy_lenient, verifier
+from gspo_recipes.rewards.math.cost import take_past_bound
 from gspo_recipes.rewards.math.golds import take_unreadable_golds
 
 ACCURACY = {"math_accuracy": math_accuracy, "math_accuracy_lenient": math_accuracy_lenient}
@@ -147,6 +148,25 @@ def test_the_trainer_records_unreadable_golds_in_its_diagnostics(monkeypatch):
     assert len(trainer.gspo_diagnostics_sections[SECTION]) == 2  # counted again each batch it happens
 
 
+def test_the_trainer_records_answers_past_the_cost_bound_in_its_diagnostics(monkeypatch):
+    from trl import GRPOTrainer
+
+    from gspo_recipes.runfiles.run_warnings import SECTION
+    from gspo_recipes.trainer.gspo_trainer import COST_WARNING, GSPOTrainer
+
+    take_past_bound()
+    monkeypatch.setattr(
+        GRPOTrainer,
+        "_calculate_rewards",
+        lambda self, *args: math_accuracy(["\\boxed{(999^{999})^{999}}"], answer=["3"]),
+    )
+    trainer = GSPOTrainer.__new__(GSPOTrainer)
+    trainer.group_health = type("Health", (), {"capture": lambda self, rewards: None})()
+    assert trainer._calculate_rewards(None, None, None, None) == [0.0]
+    (warning,) = trainer.gspo_diagnostics_sections[SECTION]
+    assert warning["kind"] == COST_WARNING and "1 math answers" in warning["message"]
+
+
 def test_reasoning_delimiters_are_honoured_or_refused():
     text = "<R>scratch: \\boxed{1}</R> so \\boxed{2}"
     assert math_accuracy([text], solution=["2"], reasoning_delimiters=["</R>"]) == [1.0]
@@ -205,5 +225,22 @@ def test_big_number_work_is_refused_before_it_starts(name):
     assert scores == [0.0] * 8
     # Refused in this process, not cut at the workers' deadline (each of these alone takes sympy seconds or more).
     assert time.perf_counter() - start < 2.0
-    # The same work is fine where the gold itself is written that way.
+    # The gold written the same way as the answer needs no evaluation at all.
     assert math_accuracy(["\\boxed{\\binom{1234567}{123456}}"], answer=["\\binom{1234567}{123456}"]) == [1.0]
+
+
+DEGENERATE = ["(999^{999})^{999}", "(x+y+z+k)^{999}", "(10^{90+k})!", "(10^{91+k})!", "\\prod_{k=1}^{10^6} k",
+              "2^{2^{2^{2^{2}}}}", "(a+b)^{100}", "\\binom{10^{7}}{5 \\cdot 10^{6}}"]  # fmt: skip
+
+
+@pytest.mark.parametrize("reward", [math_accuracy, gsm8k_accuracy])
+def test_past_the_cost_bound_scores_zero_before_any_symbolic_work_and_is_counted(reward, monkeypatch):
+    def no_pool(*args, **kwargs):
+        raise AssertionError("an answer past the cost bound reached math-verify")
+
+    take_past_bound()
+    monkeypatch.setattr(verifier, "get_pool", no_pool)
+    completions = [f"\\boxed{{{text}}}" for text in DEGENERATE]
+    assert reward(completions, answer=["#### 18"] * 8) == [0.0] * 8
+    items, examples = take_past_bound()
+    assert items == 8 and "(999^{999})^{999}" in examples

@@ -50,11 +50,11 @@ def test_gsm8k_thousands_separators_and_negative_numbers():
     assert gsm8k_accuracy(["Answer: 5"], answer=["#### -5"]) == [0.0]
 
 
-def test_gsm8k_anchored_answer_beats_later_numbers():
-    # "The answer is 18" is the answer even though a stray number follows it.
-    assert gsm8k_accuracy(["The answer is 18. (I checked it 2 times.)"], answer=[GSM8K_GOLD]) == [1.0]
-    # The last commitment is the answer, and a correction starts a new one (issue 38); the last number of a text
-    # that commits to no answer pays nothing under the contract.
+def test_gsm8k_marked_answer_beats_later_numbers():
+    # The box is the answer even though a stray number follows it; an answer line must end the completion.
+    assert gsm8k_accuracy(["\\boxed{18}. (I checked it 2 times.)"], answer=[GSM8K_GOLD]) == [1.0]
+    assert gsm8k_accuracy(["The answer is 18. (I checked it 2 times.)"], answer=[GSM8K_GOLD]) == [0.0]
+    # The last marker is the answer; the last number of a text without a marker pays nothing (issue 44).
     retracted, uncommitted = "The answer is 17, no wait: \\boxed{18}", "First 3 + 5 = 8, then 8 + 10 = 18"
     assert gsm8k_accuracy([retracted, uncommitted], answer=[GSM8K_GOLD] * 2) == [1.0, 0.0]
     assert gsm8k_accuracy([retracted, uncommitted], answer=[GSM8K_GOLD] * 2, contract=False) == [1.0, 1.0]
@@ -78,7 +78,9 @@ def test_gsm8k_plain_numbers_never_reach_sympy(monkeypatch):
 
 
 def test_gsm8k_latex_answer_goes_to_math_verify():
-    assert gsm8k_accuracy(["\\boxed{\\frac{36}{2}}", "\\boxed{\\frac{1}{2}}"], answer=[GSM8K_GOLD] * 2) == [1.0, 0.0]
+    # An expression for the number is more complex than the gold (issue 44); LaTeX dress around it is not.
+    completions = ["\\boxed{\\frac{36}{2}}", "\\boxed{\\frac{1}{2}}", "\\boxed{\\mathbf{18}}"]
+    assert gsm8k_accuracy(completions, answer=[GSM8K_GOLD] * 3) == [0.0, 0.0, 1.0]
 
 
 def test_gsm8k_accepts_chat_message_completions():
@@ -93,13 +95,15 @@ def test_gsm8k_accepts_chat_message_completions():
 def test_math_gold_from_a_worked_solution_column():
     solution = "We have $x = \\frac{2}{4}$, so the answer is $\\boxed{\\dfrac{1}{2}}$."
     completions = ["So $x = \\boxed{0.5}$", "\\boxed{\\frac{2}{4}}", "\\boxed{\\frac{1}{3}}", "no idea"]
-    assert math_accuracy(completions, solution=[solution] * 4) == [1.0, 1.0, 0.0, 0.0]
+    # 2/4 equals the gold, but unreduced it is more complex than it (issue 44's form rule)
+    assert math_accuracy(completions, solution=[solution] * 4) == [1.0, 0.0, 0.0, 0.0]
 
 
 def test_math_gold_from_a_bare_answer_column():
-    completions = ["\\boxed{3\\sqrt{2}}", "The answer is $\\sqrt{18}$", "\\boxed{(1, 2)}", "\\boxed{4}"]
+    completions = ["\\boxed{3\\sqrt{2}}", "The answer is $\\sqrt{2}\\cdot 3$", "\\boxed{(1, 2)}", "\\boxed{4}"]
     answers = ["3\\sqrt{2}", "3\\sqrt{2}", "(1,2)", "4"]
     assert math_accuracy(completions, answer=answers) == [1.0, 1.0, 1.0, 1.0]
+    assert math_accuracy(["The answer is $\\sqrt{18}$"], answer=["3\\sqrt{2}"]) == [0.0]  # unsimplified
 
 
 def test_math_boxed_answer_wins_over_other_expressions():
@@ -138,7 +142,7 @@ def test_math_rewards_work_from_a_thread_that_is_not_the_main_thread():
 
     def score():
         results["math"] = math_accuracy(["\\boxed{\\frac{1}{2}}", "\\boxed{2}"], answer=["0.5", "3"])
-        results["gsm8k"] = gsm8k_accuracy(["\\boxed{\\frac{36}{2}}"], answer=[GSM8K_GOLD])
+        results["gsm8k"] = gsm8k_accuracy(["\\boxed{\\mathbf{18}}"], answer=[GSM8K_GOLD])
 
     thread = threading.Thread(target=score)
     thread.start()
@@ -212,8 +216,8 @@ def test_math_identical_boxes_are_judged_once_but_unreadable_boxes_on_their_own_
     completions = [
         "So $x = \\frac{1}{2}$. \\boxed{???}",  # math-verify reads past an unreadable box...
         "So $x = \\frac{1}{3}$. \\boxed{???}",  # ...so these two must not share a verdict
-        "First \\boxed{\\frac{2}{4}}",
-        "Second \\boxed{\\frac{2}{4}}",
+        "First \\boxed{\\frac{1}{2}}",
+        "Second \\boxed{\\frac{1}{2}}",
     ]
     assert math_accuracy(completions, answer=["1/2"] * 4, contract=False) == [1.0, 0.0, 1.0, 1.0]
     assert math_accuracy(completions, answer=["1/2"] * 4) == [0.0, 0.0, 1.0, 1.0]

@@ -28,6 +28,8 @@ from trl import GRPOConfig, GRPOTrainer
 from gspo_recipes import _trl
 from gspo_recipes.loss.batch import gspo_batch_loss
 from gspo_recipes.loss.objective import zero_where_masked
+from gspo_recipes.rewards.math.cost import WARNING_KIND as COST_WARNING
+from gspo_recipes.rewards.math.cost import past_bound_message, take_past_bound
 from gspo_recipes.rewards.math.golds import WARNING_KIND as GOLD_WARNING
 from gspo_recipes.rewards.math.golds import take_unreadable_golds, unreadable_gold_message
 from gspo_recipes.runfiles.run_warnings import record_warning
@@ -189,11 +191,15 @@ class GSPOTrainer(GRPOTrainer):
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         take_unreadable_golds()  # only this batch's rows count: forget what rewards called elsewhere noted
+        take_past_bound()
         rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         self.group_health.capture(rewards)  # every process's rows: the signal reward of each group
         rows, examples = take_unreadable_golds()  # the math rewards' None rows, said in the diagnostics file
         if rows:
             record_warning(self, GOLD_WARNING, unreadable_gold_message(rows, examples))
+        items, examples = take_past_bound()  # math answers scored 0 past the cost bound, before any sympy work
+        if items:
+            record_warning(self, COST_WARNING, past_bound_message(items, examples))
         return rewards
 
     def _generate(self, prompts):

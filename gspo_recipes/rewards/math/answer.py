@@ -11,7 +11,6 @@ Inside the committed answer everything counts (where the answer is, is `contract
   nouns of the problem ("18 eggs") are dropped, never a word of `VALUE_WORDS` (half, negative, times, ...);
 - a number is a whole token: thousands separators only in groups of three; nothing that could glue two digits
   together (`1 8`, `1\\text{ or }8`) is deleted;
-- a power tower or a huge exponent or factorial is refused before sympy sees it (`too_costly`).
 
 Golds are read by the same functions, so a gold of `2k` is 2k, not 2.
 """
@@ -73,24 +72,13 @@ _ASSIGNMENT = re.compile(rf"\s*({_VARIABLE}|\(\s*{_VARIABLE}(?:\s*,\s*{_VARIABLE
 _SPACING = r"(?:\s|~|\\[,;:! ]|\\quad|\\qquad|\\enspace|\\thinspace)"
 _LATEX_SPACE = r"(?:~|\\[,;:! ]|\\quad|\\qquad|\\enspace|\\thinspace)"
 # After a comma only LaTeX spacing may follow (`10,\!080`): "32, 349" is a list of two numbers.
-_GROUP_SEPARATOR = (
-    rf"(?:(?:\{{,\}}|,)(?:{_LATEX_SPACE}\s*)*|{_SPACING}+)"  # `1,000`, `1{,}000`, `10,\!080`, `70 000`, `13\,535`
-)
+# `1,000`, `1{,}000`, `10,\!080`, `70 000`, `13\,535`
+_GROUP_SEPARATOR = rf"(?:\s*(?:\{{\s*,\s*\}}|,)(?:{_LATEX_SPACE}\s*)*|{_SPACING}+)"
 _THOUSANDS = re.compile(rf"(?<![\d.])\d{{1,3}}(?:{_GROUP_SEPARATOR}\d{{3}})+(?!\d)")
 _GLUED = re.compile(rf"\d(?:{_SPACING}|\\[$%]|\\text\s*\{{[^{{}}]*\}}|\\mathrm\s*\{{[^{{}}]*\}})+[-−]?\.?\d")
 _QUALIFYING_TILDE = re.compile(r"(?:^|[^\d\s])\s*~\s*[-−]?\.?\d|^\s*~")
 _BASE = re.compile(r"\d\s*_\s*\{?\s*(\w+)")
 _BARE_NUMBER = re.compile(rf"-?\d{{1,{MAX_DIGITS}}}(?:\.\d{{1,{MAX_DIGITS}}})?")
-# Big-number work, by what it is applied to: an exponent that is a tower, four digits, a factorial or a product of
-# numbers; a factorial of four digits; a binomial or Gamma of four digits (C(1234567, 123456) and Gamma(12345678)
-# take sympy seconds to minutes in C, where no deadline but a killed worker reaches).
-_HUGE = re.compile(
-    r"\^\s*\{[^{}]*\^|\^\s*\{?\s*\(?\s*\d{4,}|\^\s*\{?\s*\(?\s*\d+\s*!|\\uparrow|!\s*!"
-    r"|\^\s*\{(?=[^{}]*\d\d)[^{}]*(?:\\cdot|\\times|\*|\\ast)[^{}]*\}"
-    r"|\d{4,}\s*\)?\s*!"
-    r"|\\[dt]?binom\s*\{\s*\d{4,}|\\[dt]?binom\s*\{[^{}]*\}\s*\{\s*\d{4,}|\d{4,}\s*\\choose"
-    r"|(?:\\Gamma|\bgamma|\\operatorname\s*\{\s*[Gg]amma\s*\})\s*(?:\\left)?\s*[({]\s*[-+]?\d{4,}"
-)
 
 
 def answer_form(answer: str, gold: str, problem: str | None = None) -> str | None:
@@ -116,10 +104,11 @@ def answer_form(answer: str, gold: str, problem: str | None = None) -> str | Non
         return None
     if _QUALIFYING_TILDE.search(answer) and not _QUALIFYING_TILDE.search(gold):
         return None
-    if too_costly(answer) and not too_costly(gold):
-        return None
     if _RELATION.search(gold) and len(_RELATION.findall(answer)) > len(_RELATION.findall(gold)):
         return None  # a chained relation (`x = 5 + 1 = 6`) states more than one thing
+    membership = _MEMBERSHIP.fullmatch(answer)
+    if membership and "\\in" not in gold:
+        answer = membership.group(1)  # x \in [-2, 7]: the set it names
     if not _RELATION.search(gold):
         answer = _without_relation(answer, gold)
         if answer is None:
@@ -136,6 +125,7 @@ def answer_form(answer: str, gold: str, problem: str | None = None) -> str | Non
     return answer
 
 
+_MEMBERSHIP = re.compile(r"\s*[A-Za-z]\s*\\in\s*(.+)", re.DOTALL)
 _NOT_EQUAL = re.compile(r"!=|≠|\\ne(?![a-zA-Z])")
 _LIST_JOINER = re.compile(
     r"\s*(?:,|;)?\s*(?:\\q?quad\s*)*(?:\\text\s*\{\s*(?:,\s*)?and\s*\}|(?<![A-Za-z\\])and(?![A-Za-z]))(?:\s*\\q?quad)*\s*"
@@ -201,6 +191,18 @@ def list_form(text: str) -> str:
         out.append(prefix + (", " if depth == 0 else match.group()))
         position = match.end()
     return ("".join(out) + text[position:]).strip()
+
+
+_ONE_ASSIGNMENT = re.compile(r"\s*([A-Za-z])\s*=\s*([^=]+?)\s*")
+
+
+def assigned_values(text: str) -> str:
+    """`x=3,\\ x=5,\\ x=7` as `3, 5, 7`: a list whose every element assigns the same variable, as its values."""
+    elements = [element for element in re.split(r"(?<!\\),(?:\s|\\[,;:! ]|\\q?quad)*", text)]
+    matches = [_ONE_ASSIGNMENT.fullmatch(element) for element in elements]
+    if len(elements) < 2 or not all(matches) or len({match.group(1) for match in matches}) != 1:
+        return text
+    return ", ".join(match.group(2) for match in matches)
 
 
 def expand_plus_minus(gold: str) -> str | None:
@@ -269,12 +271,6 @@ def mixed_numbers(text: str) -> str:
         return f"\\frac{{{whole * denominator + numerator}}}{{{denominator}}}" if denominator else match.group()
 
     return _MIXED.sub(improper, text) if len(text) <= MAX_ANSWER_CHARS else text
-
-
-def too_costly(text: str) -> bool:
-    """A power tower; an exponent of four digits, a factorial or a product; a factorial, binomial or Gamma of four
-    digits; a number over MAX_DIGITS digits: work that can take sympy minutes in C, refused before it gets there."""
-    return _HUGE.search(text) is not None or re.search(rf"\d{{{MAX_DIGITS + 1}}}", text) is not None
 
 
 @lru_cache(maxsize=4096)

@@ -13,8 +13,8 @@ from fractions import Fraction
 from typing import Any
 
 from .answer import plain_number
-from .contract import boxed_contents
 from .echo import squash
+from .marker import boxed_contents
 
 EQUIVALENT = "equivalent"  # the answer written another honest way: must pay
 EXPLAINED = "explained"  # the answer explained or checked in prose outside it: must pay

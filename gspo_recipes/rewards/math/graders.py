@@ -1,15 +1,16 @@
 """Math rewards: `math_accuracy` for MATH-style golds, `gsm8k_accuracy` for GSM8K's `#### N` golds.
 
-Both pay only for a committed, correct final answer: the one place `contract.py` reads (the last box, else the
-expression after the last commitment marker; another commitment that disagrees scores 0), read by `answer.py` (one
-value, nothing glued to it) and checked against the problem by `echo.py`. Plain numbers are compared exactly in
-this process; anything else goes to math-verify in a worker of the deadline pool (`verifier.py`), once per distinct
-(gold, answer) in the batch. `contract=False`, or
-the registry names `math_accuracy_lenient` / `gsm8k_accuracy_lenient`, keeps math-verify's own reading (`lenient.py`).
+Both pay only for a correct final answer in the completion's last answer marker (`marker.py`: the last box,
+`<answer>` tags, `####` line or answer line; prose is never read), holding one value (`answer.py`), with a unit
+that is the gold's or the problem's or converts to the same value (`units.py`), within the cost bound
+(`cost.py`), in a form no more complex than the gold's (`form.py`) and no copy of the problem (`echo.py`). Plain
+numbers are compared exactly in this process; anything else goes to math-verify in a worker of the deadline pool
+(`verifier.py`), once per distinct (gold, answer) in the batch. `contract=False`, or the registry names
+`math_accuracy_lenient` / `gsm8k_accuracy_lenient`, keeps math-verify's own reading (`lenient.py`).
 
-Scores: 1.0 right, 0.0 wrong (or no committed answer, or a break of the contract, or an answer that overran its
-deadline or broke the verifier), None only when the gold answer cannot be parsed (or the reward workers cannot
-start at all): nothing a completion writes gives None.
+Scores: 1.0 right, 0.0 wrong (or no answer marker, or a break of the rule, or an answer past the cost bound, or one
+that overran its deadline or broke the verifier), None only when the gold answer cannot be parsed (or the reward
+workers cannot start at all): nothing a completion writes gives None.
 """
 
 from __future__ import annotations
@@ -23,16 +24,19 @@ from typing import Any
 from ..text import column, completion_text
 from .answer import (
     answer_form,
+    assigned_values,
     count_commas,
     expand_plus_minus,
     has_decimal,
+    join_thousands,
     list_form,
     mixed_numbers,
     plain_number,
     unify_relations,
 )
-from .contract import boxed_contents, outer_boxes, read_commitments
+from .cost import note_past_bound, within_bound
 from .echo import is_echo, squash
+from .form import no_more_complex
 from .golds import gold_column, note_unreadable_gold, says_math
 from .lenient import (
     _format_number,
@@ -42,10 +46,16 @@ from .lenient import (
     lenient_math_accuracy,
     reasoning_delimiters_option,
 )
+from .marker import boxed_contents, final_marker, outer_boxes
+from .units import split_unit, unit_scale
 from .verifier import EXACT, NO_NUMERIC_RULE, RELATIVE, RELATIVE_TOLERANCE, verify_in_pool
 
 DEFAULT_TIMEOUT_S = float(os.environ.get("GSPO_MATH_TIMEOUT_S", "5"))
 _CHOICE = re.compile(r"\(?([A-Z])\)?")
+_MATH_SPAN = re.compile(r"\$\$(.+?)\$\$|\$(.+?)\$|\\\[(.+?)\\\]|\\\((.+?)\\\)", re.DOTALL)
+_RELATION = re.compile(r"=|<|>|\\(?:le|leq|ge|geq|lt|gt|neq|ne)(?![A-Za-z])")
+# "(C) Plane": a choice letter with its option's words, read as the letter (never "(C) (D)" or "C D": one letter).
+_CHOICE_WITH_TEXT = re.compile(r"\(?([A-Z])(?:\)\s*|[.:]\s*|\s+)(?:\\text\s*\{)?\s*[A-Za-z][a-z]+(?:\s+[a-z]+)*\s*\}?")
 
 
 def math_accuracy(
@@ -59,16 +69,17 @@ def math_accuracy(
     reasoning_delimiters: list[str] | None = None,
     **kwargs: Any,
 ) -> list[float | None]:
-    """1.0 when the completion commits to one final answer and it equals the gold one.
+    """1.0 when the completion's last answer marker holds one value equal to the gold one.
 
     The gold comes from the `answer` column (a bare answer, such as `\\frac{1}{2}`) when there is one, else from the
-    `solution` column (a worked solution with a `\\boxed{}` answer, as in MATH). The completion's answer is read
-    under the final-answer contract: after the last `</think>`, the last `\\boxed{}`, else the expression after the
-    last "The answer is", "Final answer:", "Answer:", `#### `; any other commitment must agree; inside the answer no
-    alternatives, qualifiers, negations, relations other than `x = value`, copies of the problem (from `prompts`,
-    which TRL passes), or decimals for an exact gold. Genuine
-    equivalence (fractions, roots, intervals, sets, units and words around a number) is math-verify's, each item
-    under `timeout_s` seconds in a worker process. An unparseable gold gives None.
+    `solution` column (a worked solution with a `\\boxed{}` answer, as in MATH). The completion's answer is the
+    content of its last answer marker after the last `</think>` (the last box, `<answer>` tags, a `####` line, or
+    an answer line ending the completion; `marker.py`); no marker scores 0. Inside it: one value (no alternatives,
+    qualifiers, negations, relations other than `x = value`), a unit that is the gold's or the problem's or
+    converts to the same value, within the cost bound, in a form no more complex than the gold's, no copy of the
+    problem (from `prompts`, which TRL passes), no decimal for an exact gold. Genuine equivalence (fractions,
+    intervals, sets) is math-verify's, each item under `timeout_s` seconds in a worker process. An unparseable
+    gold gives None.
 
     `reasoning_delimiters` (TRL's `reasoning_accuracy_reward` argument, such as `["</think>"]`): the answer is read
     after the last of them, and a completion without any scores 0. A gold that says no math (`forty two`, `???`)
@@ -87,7 +98,7 @@ def math_accuracy(
         if gold is None:
             judged.append(None)
             continue
-        judged.append(_committed_answers(completion_text(completion), gold[0], problem, delimiters))
+        judged.append(marker_answer(completion_text(completion), gold[0], problem, delimiters))
     return _score(judged, golds, problems, timeout_s, _math_request)
 
 
@@ -102,14 +113,14 @@ def gsm8k_accuracy(
     reasoning_delimiters: list[str] | None = None,
     **kwargs: Any,
 ) -> list[float | None]:
-    """1.0 when the completion commits to one final number and it equals GSM8K's gold (the number after `####`).
+    """1.0 when the completion's last answer marker holds one number equal to GSM8K's gold (the number after `####`).
 
-    The answer is read under the final-answer contract, as in `math_accuracy`: the last `\\boxed{}`, else the
-    expression after the last `#### `, "The answer is", "Final answer:", "Answer:" (after the last `</think>`), every
-    other commitment agreeing, no last-number fallback. Numbers are whole tokens ("1,000", "70 000", "$18", "18.00",
-    "18%", `\\text{18 dollars}` read as numbers; "1,8", "1 8", "18/5", "18^2" do not read as 18) compared exactly
-    in this process; only a non-numeric answer (say `\\frac{36}{2}`) goes to math-verify, under `timeout_s`. The
-    gold is the `answer` column, else `solution`; one with no readable number gives None (and a recorded warning).
+    The answer is read as in `math_accuracy`: the content of the last answer marker (the last `\\boxed{}`,
+    `<answer>` tags, a `#### ` line, an answer line ending the completion), no last-number fallback. Numbers are
+    whole tokens ("1,000", "70 000", "$18", "18.00", "18%", `\\text{18 dollars}` read as numbers; "1,8", "1 8",
+    "18/5", "18^2" do not read as 18) compared exactly in this process; an expression (`\\frac{36}{2}`,
+    `9 \\cdot 2`) is more complex than the gold's number: 0. The gold is the `answer` column, else `solution`;
+    one with no readable number gives None (and a recorded warning).
     `reasoning_delimiters` as in `math_accuracy`.
 
     `contract=False` keeps the lenient reading (the last box, then anchors, then the last number anywhere).
@@ -129,7 +140,7 @@ def gsm8k_accuracy(
     judged = []
     for completion, gold, problem in zip(completions, golds, problems):
         text = completion_text(completion)
-        judged.append(None if gold is None else _committed_answers(text, gold[0], problem, delimiters))
+        judged.append(None if gold is None else marker_answer(text, gold[0], problem, delimiters))
     return _score(judged, golds, problems, timeout_s, _gsm8k_request)
 
 
@@ -146,7 +157,7 @@ def _math_gold_answer(solution: Any, answer: Any) -> tuple[str, bool] | None:
             note_unreadable_gold(gold_column(solution, answer))
         return None
     text = gold[0] if gold[1] else _solution_answer(gold[0])
-    text = list_form(unify_relations(text))
+    text = assigned_values(list_form(unify_relations(text)))
     if not says_math(text):
         note_unreadable_gold(gold[0])
         return None
@@ -155,14 +166,33 @@ def _math_gold_answer(solution: Any, answer: Any) -> tuple[str, bool] | None:
 
 @lru_cache(maxsize=4096)
 def _solution_answer(solution: str) -> str:
-    """A worked solution's answer: its last box, else its committed answer, else the whole text."""
+    """A worked solution's answer: its last box (boxes in one list give several values: "\\boxed{1} and
+    \\boxed{-2}"), else its last marker, else the text as written when short (`$x = 11$`), else its last math."""
     boxes = boxed_contents(solution)
     if len(set(boxes)) > 1 and _one_list(solution):
-        return ", ".join(boxes)  # "\\boxed{1} and \\boxed{-2}": several boxes that give several values
+        return ", ".join(boxes)  # "\\boxed{1} papers and \\boxed{2} bins": several boxes that give several values
     if boxes:
         return boxes[-1]
-    found = read_commitments(solution)
-    return found.answer.strip() if found is not None and not found.too_many else solution.strip()
+    marker = final_marker(solution)
+    if marker is not None:
+        return marker.values[-1]
+    bare = re.sub(r"(?<!\\)\$", " ", solution).strip()  # a dataset's own text, not a completion: a short answer
+    spans = _MATH_SPAN.findall(solution)  # as written, else its last math
+    short = not re.search(r"[.!?;](?=\s+\S)", bare) and len(re.findall(r"[A-Za-z]{2,}", bare)) <= 4
+    return bare if short or not spans else next(group for group in spans[-1] if group).strip()
+
+
+def _one_list(solution: str) -> bool:
+    """Whether the boxes of a worked solution stand in one list: a short gap with a list word (`,`, `;`, "and"), no
+    "or" (that offers the same value another way, `\\boxed{15\\frac{39}{40}}, or \\boxed{\\frac{639}{40}}`) and no
+    sentence end."""
+    spans = outer_boxes(solution, most=None) or []
+    gaps = [
+        re.sub(r"\\(?:boxed|fbox)\s*\{$", "", solution[end + 1 : start])
+        for (_, end), (start, _) in zip(spans, spans[1:])
+    ]
+    return all(len(gap) < 40 and re.fullmatch(r"[^.!?]*(?:[,;]|\band\b)[^.!?]*|[\s$]*", gap)
+               and not re.search(r"\bor\b", gap) for gap in gaps)  # fmt: skip
 
 
 def math_accuracy_lenient(
@@ -185,9 +215,9 @@ def gsm8k_accuracy_lenient(completions: list, answer: list | None = None, **kwar
 
 def final_answer_key(grader: str, text: str, row: dict) -> str | None:
     """The final answer `grader` ("gsm8k_accuracy" or "math_accuracy") reads in `text`, in a form that compares across
-    samples (held-out maj@k); None where the contract refuses it (no committed answer, commitments that disagree, a
-    qualified or listed answer, an echo of the problem in `row["prompt"]`) or the gold in `row` does not parse: such
-    a sample never wins a vote."""
+    samples (held-out maj@k); None where the rule refuses it (no answer marker, several values, a qualified answer,
+    a form more complex than the gold's, an echo of the problem in `row["prompt"]`) or the gold in `row` does not
+    parse: such a sample never wins a vote."""
     if grader == "gsm8k_accuracy":
         raw = gold_column(row.get("solution"), row.get("answer"))
         value = _gsm8k_gold_cached(raw) if isinstance(raw, str) else _gsm8k_gold(raw)
@@ -198,13 +228,13 @@ def final_answer_key(grader: str, text: str, row: dict) -> str | None:
     if gold is None:
         return None
     problem = _prompt_text(row.get("prompt"))
-    forms = _committed_answers(text, gold, problem)
+    forms = marker_answer(text, gold, problem)
     if not isinstance(forms, list):
         return None
     keys = set()
-    for form in forms:
+    for form, scale in forms:
         value = plain_number(form, gold, problem)
-        keys.add(str(value) if value is not None else squash(form))
+        keys.add(str(value * scale) if value is not None else squash(form))
     return keys.pop() if len(keys) == 1 else None
 
 
@@ -228,18 +258,6 @@ def _prompt_text(prompt: Any) -> str | None:
     return None
 
 
-def _one_list(solution: str) -> bool:
-    """Whether the boxes of a solution stand in one list: a short gap with a list word (`,`, `;`, "and"), no "or" (that
-    offers the same value another way, `\\boxed{15\\frac{39}{40}}, or \\boxed{\\frac{639}{40}}`) and no sentence end."""
-    spans = outer_boxes(solution, most=None)
-    gaps = [
-        re.sub(r"\\(?:boxed|fbox)\s*\{$", "", solution[end + 1 : start])
-        for (_, end), (start, _) in zip(spans, spans[1:])
-    ]
-    return all(len(gap) < 40 and re.fullmatch(r"[^.!?]*(?:[,;]|\band\b)[^.!?]*|[\s$]*", gap)
-               and not re.search(r"\bor\b", gap) for gap in gaps)  # fmt: skip
-
-
 def _gold_for(answer: str, gold: str) -> str:
     """The gold an answer is compared with: a `\\pm` gold is its two values where the answer lists values."""
     if "\\pm" in gold and count_commas(answer) and not count_commas(gold):
@@ -247,31 +265,74 @@ def _gold_for(answer: str, gold: str) -> str:
     return gold
 
 
-def _committed_answers(
+def marker_answer(
     text: str, gold_answer: str, problem: str | None, delimiters: tuple[str, ...] | None = None
-) -> list[str] | float:
-    """The completion's committed answer, then each other commitment, in the form to compare; 0.0 when it commits
-    to nothing, or when any of them breaks the contract (see `answer_form`, `is_echo`)."""
-    found = read_commitments(text, gold_answer, delimiters, gold_values=1 + count_commas(gold_answer))
-    if found is None or found.too_many:
+) -> list[tuple[str, Fraction]] | float:
+    """[(the answer in the form to compare, the factor its unit converts by)] of the completion's last marker;
+    one per box where boxes side by side answer a one-value gold (each must be right); 0.0 when there is no marker,
+    or when what it holds breaks the rule (several values, a unit of neither the gold nor the problem, past the
+    cost bound, more complex than the gold, a copy of the problem)."""
+    marker = final_marker(text, delimiters)
+    if marker is None:
         return 0.0
-    forms = []
-    for answer in (found.answer, *found.others):
-        form = answer_form(answer, _gold_for(answer, gold_answer), problem)
-        if form is None or is_echo(form, gold_answer, problem):
+    values = [value for value in dict.fromkeys(marker.values) if value.strip()]
+    if not values:
+        return 0.0
+    if count_commas(gold_answer) == 0:
+        answers = values  # boxes side by side for a one-value gold: each must be that value ("or" offers two)
+    else:
+        answers = [assigned_values(list_form(", ".join(values)))]
+    readings = []
+    for answer in answers:
+        reading = _reading(answer, gold_answer, problem)
+        if reading is None:
             return 0.0
-        forms.append(form)
-    return forms
+        readings.append(reading)
+    return readings
 
 
-def _math_request(gold: tuple[str, bool], answer: str, problem: str | None) -> float | tuple:
+def _reading(answer: str, gold_answer: str, problem: str | None) -> tuple[str, Fraction] | None:
+    """(the answer in the form to compare, the factor its unit converts by), or None where it breaks the rule."""
+    if squash(answer) != squash(gold_answer) and not (within_bound(answer) and within_bound(gold_answer)):
+        note_past_bound(answer)  # before any other reading: counted in the run's diagnostics
+        return None
+    scale = Fraction(1)
+    value, unit = split_unit(answer)
+    if unit is not None:
+        scale = unit_scale(unit, gold_answer, problem)
+        if scale is None:
+            return None  # a unit of a kind neither the gold nor the problem names
+        answer = value
+    gold = _gold_for(answer, gold_answer)
+    form = answer_form(answer, gold, problem)
+    if form is None:
+        return None
+    if squash(form) != squash(gold):
+        # A choice letter is compared as a letter; a relation (an equation, an inequality) in any of its forms.
+        measured = not _CHOICE.fullmatch(squash(gold)) and not _RELATION.search(gold)
+        if measured and not no_more_complex(form, _gold_form(gold)) or is_echo(form, gold_answer, problem):
+            return None
+    return form, scale
+
+
+@lru_cache(maxsize=4096)
+def _gold_form(gold: str) -> str:
+    """The gold as answers are measured against it: `4\\frac{2}{3}` as `\\frac{14}{3}`, thousands joined, its unit
+    off."""
+    return join_thousands(mixed_numbers(split_unit(gold)[0]))
+
+
+def _math_request(gold: tuple[str, bool], reading: tuple[str, Fraction], problem: str | None) -> float | tuple:
     """A verdict in this process when one is certain, else the arguments for `verify_final_answer`."""
+    answer, scale = reading
     gold_answer = _gold_for(answer, gold[0])
+    if scale != 1:
+        return _converted(answer, scale, gold_answer, problem)
     if squash(answer) == squash(gold_answer):
         return 1.0
     letter = _CHOICE.fullmatch(squash(gold_answer))
     if letter:  # a choice letter is that letter, as written: math-verify would also take the variable c for (C)
-        written = _CHOICE.fullmatch(squash(answer))
+        written = _CHOICE.fullmatch(squash(answer)) or _CHOICE_WITH_TEXT.fullmatch(answer.strip())
         return float(bool(written) and written.group(1) == letter.group(1))
     gold_value, value = plain_number(gold_answer), plain_number(answer, gold_answer, problem)
     if gold_value is not None and value is not None:
@@ -285,13 +346,25 @@ def _math_request(gold: tuple[str, bool], answer: str, problem: str | None) -> f
     return (mixed_numbers(gold_answer), True, answer, rule)  # the gold read as the answer is: 4\frac{2}{3} is 14/3
 
 
-def _gsm8k_request(gold: tuple[str, bool], answer: str, problem: str | None) -> float | tuple:
+def _gsm8k_request(gold: tuple[str, bool], reading: tuple[str, Fraction], problem: str | None) -> float | tuple:
+    answer, scale = reading
+    if scale != 1:
+        return _converted(answer, scale, gold[0], problem)
     value = plain_number(answer, gold[0], problem)
     if value is not None:
         return float(value == _fraction(gold[0]))
     if not re.search(r"\\|\d", answer):
         return 0.0  # no number and no LaTeX: nothing to compare with a number
     return (gold[0], True, answer, EXACT if has_decimal(answer) else NO_NUMERIC_RULE)
+
+
+def _converted(answer: str, scale: Fraction, gold: str, problem: str | None) -> float:
+    """An answer in another unit than the gold's: its number times the unit's factor must be the gold's number
+    (conversions are compared for numbers only)."""
+    value, gold_value = plain_number(answer, gold, problem), plain_number(gold)
+    if value is None or gold_value is None:
+        return 0.0
+    return float(_numbers_equal(gold_value, value * scale, relative=has_decimal(gold) or has_decimal(answer)))
 
 
 @lru_cache(maxsize=4096)
@@ -306,7 +379,7 @@ def _numbers_equal(gold: Fraction, value: Fraction, relative: bool) -> bool:
 
 
 def _score(judged: list, golds: list, problems: list, timeout_s: float, request_for) -> list[float | None]:
-    """Each completion's score: 1.0 only when every one of its committed answers is right.
+    """Each completion's score: 1.0 only when its answer is right.
 
     A GRPO batch holds each prompt's generations together, and many end on the same answer: each distinct (gold,
     answer) goes to math-verify once."""

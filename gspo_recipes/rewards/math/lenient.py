@@ -14,9 +14,9 @@ from fractions import Fraction
 from typing import Any
 
 from ..text import column, completion_text
-from .answer import too_costly
-from .contract import boxed_contents, read_commitments
+from .cost import note_past_bound, within_bound
 from .golds import note_unreadable_gold
+from .marker import boxed_contents, final_marker
 from .verifier import verify_in_pool
 
 _MAX_DIGITS = 100  # longer "numbers" are never a dataset's answer, and Fraction() on them is wasted work
@@ -57,7 +57,8 @@ def lenient_math_accuracy(
     # the text, so those completions are judged again in full.
     boxed = {i: _single_boxed(texts[i]) for i in slow}
     for i in list(slow):  # big-number work in the answer is refused before a worker spends its deadline on it
-        if boxed[i] is not None and too_costly(boxed[i]) and not too_costly(golds[i][0]):
+        if boxed[i] is not None and not within_bound(boxed[i]):
+            note_past_bound(boxed[i])
             scores[i] = 0.0
             slow.remove(i)
     requests = [(i, *golds[i], boxed[i] or texts[i], boxed[i] is not None) for i in slow]
@@ -151,16 +152,16 @@ def _math_gold(solution: Any, answer: Any) -> tuple[str, bool] | None:
 
 def _gsm8k_gold(answer: Any) -> Fraction | None:
     """GSM8K's `#### N`, a plain number, else the number a worked solution commits to (`\\boxed{72}`, "The
-    answer is 72"); number words are not read (TRL skips a gold of "forty two")."""
+    answer is 72" ending it); number words are not read (TRL skips a gold of "forty two")."""
     if isinstance(answer, (int, float)):
         answer = str(answer)
     if not isinstance(answer, str):
         return None
     value = _as_number(answer.rsplit("####", 1)[-1])
     if value is None and "####" not in answer:
-        found = read_commitments(answer)
-        if found is not None and not found.too_many and re.search(r"\d", found.answer):
-            value = _as_number(found.answer)
+        found = final_marker(answer)
+        if found is not None and re.search(r"\d", found.values[-1]):
+            value = _as_number(found.values[-1])
     return value
 
 
