@@ -132,7 +132,8 @@ def check_spelling(parser, argv: list[str], config: dict) -> None:
 
 
 def check_extras(training_args) -> None:
-    """Fail when `report_to` or `use_vllm` needs a package that is not installed, naming the install command."""
+    """Fail when `report_to` or `use_vllm` needs a package that is not installed, naming the install command, and
+    when `vllm_mode="server"` cannot train on this machine (no CUDA device)."""
     report_to = training_args.report_to or []
     needed = [TRACKERS[name] for name in ([report_to] if isinstance(report_to, str) else report_to) if name in TRACKERS]
     if getattr(training_args, "use_vllm", False):
@@ -140,6 +141,11 @@ def check_extras(training_args) -> None:
     for module, extra in needed:
         if importlib.util.find_spec(module) is None:
             fail(f"{module} is not installed (the run needs it for its settings). {install_hint(module, extra)}")
+    from gspo_recipes.trainer.engine import vllm_server_refusal
+
+    server_refusal = vllm_server_refusal(training_args)
+    if server_refusal:
+        fail(server_refusal)
 
 
 def install_hint(module: str, extra: str | None = None) -> str:

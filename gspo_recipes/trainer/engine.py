@@ -58,3 +58,19 @@ def unengaged_engine(distributed_type: str) -> str | None:
         f"The accelerate config asks for FSDP, but accelerate does not engage it on CPU processes: this run trains "
         f"{what}, every process holding the whole model and nothing sharded. On GPUs the same config shards with FSDP."
     )
+
+
+def vllm_server_refusal(config) -> str | None:
+    """Why `vllm_mode="server"` cannot train here, or None: TRL 1.16 pushes the weights to the server over NCCL
+    (`VLLMClient.init_communicator`, trl/generation/vllm_client.py), which needs a CUDA device in the training process,
+    and without one TRL first waits for the server (`vllm_server_timeout`) and then fails on the device."""
+    if not (getattr(config, "use_vllm", False) and getattr(config, "vllm_mode", None) == "server"):
+        return None
+    import torch
+
+    if torch.cuda.is_available():
+        return None
+    return (
+        "vllm_mode='server' needs a CUDA GPU in the training process (TRL sends the weights to the vLLM server over "
+        "NCCL) and this machine has none: use vllm_mode='colocate' (vLLM's CPU build runs it), or use_vllm=false."
+    )

@@ -39,7 +39,7 @@ from gspo_recipes.stats.calibration import EpsilonCalibration
 from gspo_recipes.stats.response_stats import window_ends
 from gspo_recipes.trainer.config import GSPOConfig
 from gspo_recipes.trainer.dynamic_sampling import FILLER_KEY
-from gspo_recipes.trainer.engine import unengaged_engine
+from gspo_recipes.trainer.engine import unengaged_engine, vllm_server_refusal
 from gspo_recipes.trainer.gloo_exit import end_gloo_process_group_at_exit
 from gspo_recipes.trainer.group_health import GroupHealth
 from gspo_recipes.trainer.grpo_conversion import from_grpo_config
@@ -81,6 +81,9 @@ class GSPOTrainer(GRPOTrainer):
             args = GSPOConfig(f"{name.split('/')[-1]}-GSPO")
         elif isinstance(args, GRPOConfig) and not isinstance(args, GSPOConfig):
             args = from_grpo_config(args)
+        server_refusal = vllm_server_refusal(args)  # before TRL loads a model named by path, or waits for a server
+        if server_refusal:
+            raise ValueError(server_refusal)
         super().__init__(
             model,
             reward_funcs,
