@@ -8,8 +8,9 @@
 Takes the recipes' arguments (`--config YAML`, `--model_name_or_path`, `--dataset_name`, `--max_train_samples`,
 `--column_map`, `--reward_funcs`, `--system_prompt`, and GSPOConfig's sampling fields `--num_generations`,
 `--max_completion_length`, `--temperature`, `--top_p`, `--seed`), samples `num_generations` responses per prompt
-with transformers generation, scores them with the package's rewards, and writes `<output_dir>/passrate.jsonl`
-(or a `save_to_disk` folder with `--save_format disk`): every row with `pass_rate`, `signal_reward`,
+with transformers generation (with `--use_vllm`: vLLM's offline engine, `LLM.generate`, with training's vLLM
+settings, in one process), scores them with the package's rewards, and writes `<output_dir>/passrate.jsonl` (or a
+`save_to_disk` folder with `--save_format disk`): every row with `pass_rate`, `signal_reward`,
 `sample_rewards` (each reward's value per sample) and `samples` (the completions). `--keep LO:HI` also writes
 `passrate_kept.jsonl`, the original rows with LO <= pass_rate <= HI, ready for `--dataset_name`.
 
@@ -89,7 +90,7 @@ HELP_GROUPS = {
     ),
     "sampling and scoring": (
         "reward_funcs", "dynamic_sampling_reward", "num_generations", "max_completion_length", "temperature",
-        "top_p", "seed", "passrate_batch_size",
+        "top_p", "seed", "passrate_batch_size", "use_vllm",
     ),
     "output": ("output_dir", "keep", "save_format"),
 }  # fmt: skip
@@ -108,6 +109,8 @@ OWN_HELP = {
     "top_p": "Nucleus sampling: keep the smallest set of tokens with this probability.",
     "seed": "Seed of every batch's sampling (a resumed run writes what an uninterrupted one would).",
     "output_dir": "Where passrate.jsonl, passrate_kept.jsonl and shards/ (the resumable work) go.",
+    "use_vllm": "Sample with vLLM's offline engine (LLM.generate) and training's vLLM settings, in one process "
+    "(pip install 'gspo-recipes[vllm]'); --dtype is passed to it when given.",
 }
 
 
@@ -169,7 +172,7 @@ def main(argv: list[str]) -> int:
         argv = ["--help"]
     from accelerate import PartialState
 
-    from gspo_recipes.commands.passrate_sampling import Sampler, reward_names
+    from gspo_recipes.commands.passrate_sampling import Sampler, VLLMSampler, reward_names
     from gspo_recipes.recipe import load_train_dataset, map_columns, model_and_tokenizer
     from gspo_recipes.rewards import get_rewards
     from gspo_recipes.rewards.registry import reward_kind
@@ -180,7 +183,7 @@ def main(argv: list[str]) -> int:
     if script_args.save_format not in ("jsonl", "disk"):
         raise SystemExit(f"error: --save_format is jsonl or disk, got '{script_args.save_format}'")
     if training_args.use_vllm:
-        raise SystemExit("error: gspo passrate samples with transformers generation here; drop --use_vllm.")
+        check_vllm_run()
     dataset = map_columns(load_train_dataset(script_args, seed=training_args.seed), script_args.column_map)
     column = script_args.prompt_column or next((c for c in PROMPT_COLUMNS if c in dataset.column_names), None)
     if column not in dataset.column_names:
@@ -198,7 +201,10 @@ def main(argv: list[str]) -> int:
     out = training_args.output_dir
     work = Work(out, state.process_index, state.num_processes, fingerprint(script_args, training_args, model_args))
     model, tokenizer = model_and_tokenizer(model_args, training_args)
-    sampler = Sampler(model, tokenizer, training_args, script_args, column, state.device)
+    if training_args.use_vllm:
+        sampler = VLLMSampler(model, tokenizer, training_args, script_args, column, model_args)
+    else:
+        sampler = Sampler(model, tokenizer, training_args, script_args, column, state.device)
     indices = list(range(state.process_index, len(dataset), state.num_processes))  # this process's shard
     size = script_args.passrate_batch_size
     batches = [indices[i : i + size] for i in range(0, len(indices), size)]
@@ -226,6 +232,22 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+def check_vllm_run() -> None:
+    """`--use_vllm` runs vLLM's offline engine in one process, which batches (and with
+    `--vllm_tensor_parallel_size`, shards) the whole run itself; vLLM must be installed."""
+    import importlib.util
+
+    from gspo_recipes.recipe_setup import install_hint
+
+    if importlib.util.find_spec("vllm") is None:
+        raise SystemExit(f"error: --use_vllm needs vllm, which is not installed. {install_hint('vllm')}")
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise SystemExit(
+            "error: gspo passrate --use_vllm runs one vLLM engine for all the prompts: start it without accelerate "
+            "launch (vLLM batches them itself; --vllm_tensor_parallel_size N spreads the model over N GPUs)."
+        )
+
+
 def fingerprint(script_args, training_args, model_args) -> dict:
     """Every argument that decides the samples, the prompts or the signal reward: a resumed run must match it (else
     a rerun with another --system_prompt would return the stale file)."""
@@ -251,6 +273,9 @@ def fingerprint(script_args, training_args, model_args) -> dict:
         "prompt_column": script_args.prompt_column,
         "use_chat_template": script_args.use_chat_template,
         "dynamic_sampling_reward": training_args.dynamic_sampling_reward,
+        # the sampler: vLLM draws other samples than transformers from the same seed (present only with --use_vllm,
+        # so a transformers run's file stays what it was)
+        **({"sampler": "vllm", "dtype": model_args.dtype} if training_args.use_vllm else {}),
     }
 
 

@@ -137,3 +137,73 @@ class Sampler:
         for i in range(len(examples)):
             scores.append({name: values[i * G : (i + 1) * G] for name, values in per_reward.items()})
         return texts, scores
+
+
+class VLLMSampler(Sampler):
+    """`--use_vllm`: the same prompts and scoring, sampled by vLLM's offline engine (`LLM.generate`) with the
+    settings TRL's vLLM generation uses in training (`VLLMGeneration.generate`, trl 1.16: temperature, top_p, top_k,
+    min_p, repetition_penalty, max_tokens, then `generation_kwargs` on top; no dtype unless `--dtype` names one, as
+    TRL passes none). Each prompt's `num_generations` samples come from one request seeded from (seed, shard, batch,
+    prompt), so a resumed run writes what an uninterrupted one does, whatever vLLM batches together."""
+
+    def __init__(self, model, tokenizer, training_args, script_args, column: str, model_args):
+        from vllm import LLM
+
+        from gspo_recipes.recipe import as_prompt
+
+        self.tokenizer, self.args, self.column = tokenizer, training_args, column
+        self.chat = script_args.use_chat_template and tokenizer.chat_template is not None
+        self.system_prompt = script_args.system_prompt
+        if self.system_prompt is None:
+            self.system_prompt = RECIPE_SYSTEM_PROMPTS.get(column)
+        self._as_prompt = as_prompt
+        path = model if isinstance(model, str) else model.name_or_path
+        dtype = model_args.dtype if model_args.dtype not in (None, "auto") else "auto"
+        self.llm = LLM(
+            model=path,
+            revision=model_args.model_revision,
+            dtype=dtype,
+            tensor_parallel_size=training_args.vllm_tensor_parallel_size,
+            gpu_memory_utilization=training_args.vllm_gpu_memory_utilization,
+            max_model_len=training_args.vllm_max_model_length,
+            seed=training_args.seed,
+            trust_remote_code=training_args.trust_remote_code,
+        )
+        # Where transformers generation stops (its eos ids and padding); vLLM also stops on the eos ids of the
+        # model's generation_config.json and returns that token last (finish_reason "stop", no stop string).
+        self.stops = {tokenizer.eos_token_id, tokenizer.pad_token_id} - {None}
+
+    def sampling_params(self, seed: int):
+        from vllm import SamplingParams
+
+        args = self.args
+        settings = {
+            "n": args.num_generations,
+            "repetition_penalty": args.repetition_penalty,
+            "temperature": args.temperature,
+            "top_p": args.top_p,
+            "top_k": args.top_k,
+            "min_p": 0.0 if args.min_p is None else args.min_p,
+            "max_tokens": args.max_completion_length,
+            "seed": seed,
+            **(args.generation_kwargs or {}),
+        }
+        return SamplingParams(**settings)
+
+    def generate(self, prompts: list, seed) -> tuple[list[list[str]], list[list[list[int]]]]:
+        requests = [{"prompt_token_ids": ids} for ids in prompt_token_ids(self.tokenizer, prompts)]
+        params = [self.sampling_params(batch_seed((*seed, i))) for i in range(len(prompts))]
+        outputs = self.llm.generate(requests, sampling_params=params, use_tqdm=False)
+        texts, ids = [], []
+        for output in outputs:
+            group_texts, group_ids = [], []
+            for completion in sorted(output.outputs, key=lambda c: c.index):
+                row = list(completion.token_ids)
+                if row and completion.finish_reason == "stop" and not isinstance(completion.stop_reason, str):
+                    row = row[:-1]
+                end = next((j for j, t in enumerate(row) if t in self.stops), len(row))
+                group_ids.append(row[:end])
+                group_texts.append(self.tokenizer.decode(row[:end], skip_special_tokens=True))
+            texts.append(group_texts)
+            ids.append(group_ids)
+        return texts, ids
