@@ -220,9 +220,13 @@ def test_a_check_is_called_on_the_rows_entry_point_and_refused_without_one(caplo
     assert score_rows([HUMANEVAL_32], [HONEST_32, HELPER_LAST], entry_point="find_zero", helpers=POLY_PROMPT) == [
         [1.0, 0.0]
     ]
-    with caplog.at_level(logging.INFO, logger="gspo_recipes.rewards.code.reward"):
-        assert score_rows([HUMANEVAL_32], [HONEST_32, HELPER_LAST], helpers=POLY_PROMPT) == [[None, None]]
-    assert "entry_point" in caplog.text
+    # Without the column, the one function the prompt asks for (its stub) is the row's entry point (it was None).
+    assert score_rows([HUMANEVAL_32], [HONEST_32, HELPER_LAST], helpers=POLY_PROMPT) == [[1.0, 0.0]]
+    # A prompt that asks for no function, or for two, names none: refused, never guessed from the program.
+    for helpers in (POLY_PROMPT.replace("    pass\n", "    return 0\n"), POLY_PROMPT + "\ndef other(x):\n    pass\n"):
+        with caplog.at_level(logging.INFO, logger="gspo_recipes.rewards.code.reward"):
+            assert score_rows([HUMANEVAL_32], [HONEST_32, HELPER_LAST], helpers=helpers) == [[None, None]]
+        assert "entry_point" in caplog.text
     # The script's own `check(find_zero)` names it as well as a column would.
     own_call = HUMANEVAL_32 + "\ncheck(find_zero)\n"
     assert score_rows([own_call], [HONEST_32, HELPER_LAST], helpers=POLY_PROMPT) == [[1.0, 0.0]]

@@ -30,8 +30,9 @@ class Broker:
     """The unconfined side of one attempt: starts and ends the program's workers when the judge asks, and collects
     the verdict. Every worker it started is ended before `serve` returns."""
 
-    def __init__(self, job: JudgeJob, sock: socket.socket, result_read: int):
+    def __init__(self, job: JudgeJob, sock: socket.socket, result_read: int, uid: int, shared: str):
         self.job, self.sock, self.result_read = job, sock, result_read
+        self.uid, self.shared = uid, shared  # the attempt's: its judge's uid, and the folder both halves share
         self.workers: dict[int, worker.WorkerProcess] = {}
         self.starts = 0
         self.result = bytearray()
@@ -86,7 +87,7 @@ class Broker:
         self.starts += 1
         job = self.job
         try:
-            spec = worker.WorkerSpec(job.backend, job.program, job.per_test_s, job.limits, job.shares_tmp)
+            spec = worker.WorkerSpec(job.backend, job.program, job.per_test_s, job.limits, self.uid, self.shared)
             process = worker.WorkerProcess(spec)
         except OSError as error:
             return self._send(["failed", error.errno or 0, str(error)[:200]])

@@ -20,25 +20,25 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..sandbox import launch as sandbox
-from ..sandbox import warm, worker
-from ..sandbox.inside import confine, shared_tmp, zygote
+from ..sandbox import shared_folder, warm, worker
+from ..sandbox.inside import confine, zygote
 from ..sandbox.isolation import (
     SANDBOX_UID_BASE,
     SANDBOX_UIDS,
-    WORKDIR_IN_BWRAP,
     _python_mounts,
     is_root,
     sandbox_env,
     system_root_plan,
     tmp_rebinds,
+    uid_slot,
     with_kept_copies,
 )
 from . import judge
 from .broker import Broker, BrokerClient
 from .records import JudgeJob, Verdict
 
-JUDGE_UID_BASE = SANDBOX_UID_BASE - SANDBOX_UIDS  # 58976-59999: beside the programs' uids, never one of them
-JUDGE_WORKDIR = WORKDIR_IN_BWRAP  # the program's too: a path either builds from its working directory is one file
+JUDGE_UID_BASE = SANDBOX_UID_BASE - SANDBOX_UIDS  # 58976-59999: the probe's (`confinement_works`) alone
+JUDGE_WORKDIR = shared_folder.SHARED_IN_SANDBOX  # the program's too: the folder both share, at one path
 JUDGE_TMPFS_MB = 64
 JUDGE_PROCESSES = 64
 _PACKAGE_DIR = str(Path(__file__).resolve().parents[3])  # gspo_recipes: the judge imports its own modules lazily
@@ -80,27 +80,33 @@ def judge_isolated(job: JudgeJob) -> Verdict | str | None:
         # Unconfined only when a weak backend was asked for by name; else no verdict (the reward refused earlier).
         return _judge_unconfined(job) if job.backend in sandbox.WEAK_BACKENDS else None
     deadline = time.monotonic() + row_deadline_s(job.limits.wall_s)
-    uid = JUDGE_UID_BASE + os.getpid() % SANDBOX_UIDS  # one per pool process: it judges one attempt at a time
-    with contextlib.ExitStack() as stack:
+    with contextlib.ExitStack() as stack:  # its callbacks run last to first: the folder goes once both halves have
+        # One uid for the attempt's judge and every program it starts (as root; else the user's own), so that what
+        # either makes in their folder the other can read, change and remove, as one process could. Each is the first
+        # process of a PID namespace of its own: neither can see, signal or trace the other.
+        uid = stack.enter_context(uid_slot())
+        shared = shared_folder.make_folder(uid)
+        stack.callback(shared_folder.remove_tree, shared)
         broker_end, judge_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         stack.callback(broker_end.close)
         with judge_end:
             result_read, result_write = os.pipe()
             stack.callback(os.close, result_read)
             try:
-                stack.callback(_start_judge(job, uid, judge_end.fileno(), result_write))
+                stack.callback(_start_judge(job, uid, shared, judge_end.fileno(), result_write))
             finally:
                 os.close(result_write)
-        return Broker(job, broker_end, result_read).serve(deadline)
+        return Broker(job, broker_end, result_read, uid, shared).serve(deadline)
 
 
-def _start_judge(job: JudgeJob, uid: int, sock_fd: int, result_write: int):
-    """Start the attempt's confined judge: forked from the judge's zygote, else from this process. Returns what ends
-    it (and everything it started)."""
+def _start_judge(job: JudgeJob, uid: int, shared: str, sock_fd: int, result_write: int):
+    """Start the attempt's confined judge, in the attempt's `shared` folder: forked from the judge's zygote, else
+    from this process. Returns what ends it (and everything it started)."""
     zygote = _judge_zygote()
     if zygote is not None:
         try:
-            process, job_write = zygote.start_with_job(uid, JUDGE_TMPFS_MB, JUDGE_PROCESSES, (sock_fd, result_write))
+            fds = (sock_fd, result_write)
+            process, job_write = zygote.start_with_job(uid, JUDGE_TMPFS_MB, JUDGE_PROCESSES, fds, shared)
         except warm.ZygoteFailed:
             pass  # this attempt's judge starts cold; the next one gets a new zygote
         else:
@@ -112,7 +118,7 @@ def _start_judge(job: JudgeJob, uid: int, sock_fd: int, result_write: int):
     parent = os.getpid()
     child = os.fork()
     if child == 0:
-        _child(job, root, uid, sock_fd, result_write, parent)  # never returns
+        _child(job, root, uid, shared, sock_fd, result_write, parent)  # never returns
     with contextlib.suppress(OSError):
         os.setpgid(child, child)  # also done in the child: whichever runs first
 
@@ -136,7 +142,7 @@ def _reap(child: int) -> None:
 # The confined process
 
 
-def _child(job: JudgeJob, root: str, uid: int, sock_fd: int, result_write: int, parent: int) -> None:
+def _child(job: JudgeJob, root: str, uid: int, shared: str, sock_fd: int, result_write: int, parent: int) -> None:
     """In the forked child: close everything inherited but the two channels, enter new namespaces, and let the
     first process of the new PID namespace build the root and judge. Never returns."""
     status = 1
@@ -149,7 +155,7 @@ def _child(job: JudgeJob, root: str, uid: int, sock_fd: int, result_write: int, 
         confine.unshare(_NAMESPACES)
         inner = os.fork()  # the first process of the new PID namespace: it can mount a /proc of its own
         if inner == 0:
-            _judge_confined(job, root, uid, sock_fd, result_write)
+            _judge_confined(job, root, uid, shared, sock_fd, result_write)
         os.close(sock_fd)
         os.close(result_write)
         status = os.waitstatus_to_exitcode(os.waitpid(inner, 0)[1])
@@ -157,11 +163,11 @@ def _child(job: JudgeJob, root: str, uid: int, sock_fd: int, result_write: int, 
         os._exit(status & 0xFF)
 
 
-def _judge_confined(job: JudgeJob, root: str, uid: int, sock_fd: int, result_write: int) -> None:
+def _judge_confined(job: JudgeJob, root: str, uid: int, shared: str, sock_fd: int, result_write: int) -> None:
     try:
-        _build_root(root, uid)
+        _build_root(root, uid, shared)
         _drop_to(uid)
-        _no_imports_from_shared_tmp()
+        _no_imports_from_the_shared_folder()
     except BaseException as error:  # noqa: BLE001 (no verdict: the broker turns an empty reply into the row's 0)
         _exit_failed(error)
     _judge_and_reply(job, sock_fd, result_write)
@@ -205,14 +211,17 @@ def _own_user_namespace() -> None:
         confine.enter_user_namespace()
 
 
-def _build_root(root: str, uid: int) -> None:
-    """The private filesystem (see the module docstring), then chroot into it."""
+def _build_root(root: str, uid: int, shared: str | None = None) -> None:
+    """The private filesystem (see the module docstring), then chroot into it. `shared`: the host folder bound as
+    its working directory (the probe has none: a private one)."""
     confine.build_root(root, _judge_root_plan(), JUDGE_TMPFS_MB)
     top = Path(root)
     confine.mount("proc", str(top / "proc"), "proc", confine.MS_NOSUID | confine.MS_NODEV | confine.MS_NOEXEC)
     os.chmod(top / "tmp", 0o1777)  # on the root's own tmpfs: the judge's writes stay inside its size cap
     (top / JUDGE_WORKDIR.lstrip("/")).mkdir(mode=0o700)
-    if is_root():  # without root the attempt's uid is the user's own, which owns it already
+    if shared is not None:
+        confine.bind_shared(shared, str(top / JUDGE_WORKDIR.lstrip("/")))
+    elif is_root():  # without root the attempt's uid is the user's own, which owns it already
         os.chown(top / JUDGE_WORKDIR.lstrip("/"), uid, uid)
     os.chroot(root)
     os.chdir(JUDGE_WORKDIR)
@@ -236,15 +245,32 @@ def _drop_to(uid: int) -> None:
     _judge_environment()
 
 
-def _no_imports_from_shared_tmp() -> None:
-    """The program writes to the judge's /tmp (`shared_tmp.py`): nothing there is importable by the judge. Run in
-    the confined judge's own filesystem, where an interpreter under /tmp is a read-only mount."""
-    sys.path[:] = [entry for entry in sys.path if shared_tmp.shared_path_is_safe(entry)]
+def _no_imports_from_the_shared_folder() -> None:
+    """The program writes to the folder it shares with the judge: nothing the judge could import lies there or
+    anywhere else a program could write. Run in the confined judge's own filesystem, where an interpreter under /tmp
+    is a read-only mount."""
+    sys.path[:] = [entry for entry in sys.path if import_path_is_safe(entry)]
+
+
+def import_path_is_safe(entry: str) -> bool:
+    """Whether the import path `entry` lies where no program can write: an absolute path outside /tmp (the shared
+    folder, and the judge's own private files, are under it), or a read-only mount there (an interpreter or venv
+    under /tmp). `''` (the working directory: the shared folder) never is."""
+    if not os.path.isabs(entry):
+        return False
+    real = os.path.realpath(entry)
+    if real != "/tmp" and not real.startswith("/tmp/"):
+        return True
+    try:
+        return bool(os.statvfs(real).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False  # not there yet: it could be made
 
 
 def _judge_environment() -> None:
     os.environ.clear()
     os.environ.update(sandbox_env(JUDGE_WORKDIR), USER="judge", LOGNAME="judge")  # getpass: the uid has no name
+    tempfile.tempdir = None  # TMPDIR is the shared folder: the pool process's choice, cached in its tempfile, is not
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -262,7 +288,7 @@ def _judge_zygote() -> warm.Zygote | None:
 def _fork_judge_zygote() -> warm.Zygote:
     root = tempfile.mkdtemp(prefix="gspo-judge-root-")  # stays empty on the host
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    plan = _judge_root_plan()
+    plan = _judge_root_plan() + [["rw", shared_folder.shared_parent(), shared_folder.PARENT_IN_ZYGOTE]]
     pid = os.fork()
     if pid == 0:
         try:
@@ -272,7 +298,7 @@ def _fork_judge_zygote() -> warm.Zygote:
             config = {"root": root, "plan": plan, "tmpfs_mb": 8, "name": "gspo-zygote-jdg",
                       "user_namespace": not is_root()}  # fmt: skip
             own_pid_namespace = zygote.become_zygote(config)
-            _no_imports_from_shared_tmp()  # once, for every attempt it forks
+            _no_imports_from_the_shared_folder()  # once, for every attempt it forks
             theirs.send(b'["ready"]')
             zygote.serve(theirs, _judge_payload, own_pid_namespace)
         except BaseException as error:  # noqa: BLE001

@@ -13,6 +13,9 @@ import types
 from collections.abc import Callable
 
 SCRIPT_NAME = "test_row.py"
+# Where the judge keeps its own files (pytest's copy of the script, its rootdir and ini): its own /tmp, which no
+# program sees. Never TMPDIR or the working directory: those are the folder it shares with the program.
+PRIVATE_TOP = "/tmp"
 _PYTEST_ARGS = ["-q", "-s", "--assert=plain", "--disable-plugin-autoload", "--noconftest", "-p", "no:cacheprovider",
                 "-p", "no:faulthandler", "-p", "no:stepwise", "-W", "ignore"]  # fmt: skip
 
@@ -50,13 +53,14 @@ def run_collected(module: types.ModuleType, source: str, begin_test: Callable[[]
     plugin = _row_plugin_class()(module, begin_test, around_phase)
     for name in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS"):  # the trainer's environment does not configure the judge
         os.environ.pop(name, None)
-    with tempfile.TemporaryDirectory(prefix="gspo-judge-") as folder:
+    with tempfile.TemporaryDirectory(prefix="gspo-judge-", dir=PRIVATE_TOP) as folder:
         path = os.path.join(folder, SCRIPT_NAME)
         with open(path, "w", encoding="utf-8") as script:
             script.write(source)
         ini = os.path.join(folder, "pytest.ini")
         with open(ini, "w", encoding="utf-8") as config:
             config.write("[pytest]\n")
+        plugin.script = path  # removed once collected: no test runs while the script is a file anyone could read
         with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
             pytest.main([path, "-c", ini, "--rootdir", folder, *_PYTEST_ARGS], plugins=[plugin])
     if plugin.collection_error is not None:
@@ -99,6 +103,7 @@ def _row_plugin_class() -> type:
             self.failed: set[str] = set()
             self.ended_well: set[str] = set()  # the call phase passed, or failed as xfail said it would
             self.uncounted: set[str] = set()
+            self.script = ""
 
         def outcome(self, test: str) -> str:
             if test not in self.ended_well or test in self.failed:
@@ -117,6 +122,8 @@ def _row_plugin_class() -> type:
 
         def pytest_collection_finish(self, session):
             self.collected = [item.nodeid for item in session.items]
+            with contextlib.suppress(OSError):
+                os.unlink(self.script)
 
         @pytest.hookimpl(wrapper=True)
         def pytest_runtest_protocol(self, item, nextitem):

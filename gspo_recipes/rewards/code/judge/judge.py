@@ -8,7 +8,6 @@ from __future__ import annotations
 import ast
 import builtins
 import contextlib
-import functools
 import importlib
 import os
 import signal
@@ -37,32 +36,6 @@ from .source import defined_names, parse, stub_functions, without_runner_calls
 _BUILTIN_NAMES = frozenset(dir(builtins))
 # Conventional aliases and the modules behind them, which the judge imports for the tests by the tests' name.
 _ALIASED_MODULES = {**MODULE_ALIASES, **{name.split(".")[0]: name.split(".")[0] for name in MODULE_ALIASES.values()}}
-
-
-# Builtins through which a test without an import statement could still reach a file (`open`) or a module.
-_FILE_BUILTINS = frozenset({"open", "__import__", "exec", "eval"})
-
-
-def tests_reach_files(sources: list[str]) -> bool:
-    """Whether a row's tests and setup (`sources`) can touch a file: they import a module, name a builtin of
-    `_FILE_BUILTINS`, or use a module alias the judge imports for them. Only then do the judge's and the program's
-    /tmp files cross with each call (`JudgeJob.share_files`, `shared_tmp.py`): tests with none of these read and
-    write no file, so the scans would find only what nobody reads. Code that does not parse counts as reaching."""
-    return _reach_files(tuple(sources))
-
-
-@functools.lru_cache(maxsize=256)  # a row's completions share its tests: read once
-def _reach_files(sources: tuple[str, ...]) -> bool:
-    reach = _FILE_BUILTINS | _ALIASED_MODULES.keys()
-    for source in sources:
-        try:
-            tree = parse(source)
-        except SyntaxError:
-            return True
-        for node in ast.walk(tree):
-            if isinstance(node, (ast.Import, ast.ImportFrom)) or (isinstance(node, ast.Name) and node.id in reach):
-                return True
-    return False
 
 
 class SetupFailed(Exception):
@@ -202,6 +175,7 @@ def _test_namespace(job: dict, link: Link, report: dict) -> dict:
     entry_only = bool(entry_point) and job.kind != "asserts"
     namespace: dict[str, Any] = {"__name__": "tests", "__builtins__": builtins}
     link.dataset_names = namespace
+    link.helper_classes = {name: value for name, value in helpers.items() if isinstance(value, type)}
     link.test_deadline = time.monotonic() + job.per_test_s  # looking the names up gets one test's budget
     for name in wanted:
         if name != entry_point and name in helpers:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, NamedTuple
 
-from ..sandbox.launch import WEAK_BACKENDS, Limits
+from ..sandbox.launch import Limits
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,14 +28,6 @@ class JudgeJob:
     estimated_tests: int
     limits: Limits
     backend: str | None = None
-    share_files: bool = True  # the tests can reach a file (`judge.tests_reach_files`): /tmp's files cross each call
-
-    @property
-    def shares_tmp(self) -> bool:
-        """Whether, with a confined judge, the judge's and the program's /tmp files cross with each call
-        (`sandbox/inside/shared_tmp.py`): where the tests can reach a file and the backend gives the program a /tmp
-        of its own."""
-        return self.share_files and self.backend not in WEAK_BACKENDS
 
     def to_wire(self) -> dict[str, Any]:
         return dataclasses.asdict(self)  # `limits` becomes its dict

@@ -8,14 +8,15 @@ cannot pass). What is not data stays in the worker as a `Remote`, which can be c
 from __future__ import annotations
 
 import builtins
+import collections
 import importlib
 import importlib.util
+import os
 import sys
 import time
 from typing import Any
 
 from ..sandbox import launch as sandbox
-from ..sandbox.inside.shared_tmp import shared_tmp_apply, shared_tmp_changes
 from ..sandbox.inside.wire import NotPlainData, decode, encode
 from ..sandbox.worker import SandboxWorker, WorkerGone, WorkerSpec, WorkerStarter
 from .broker import WorkerStartsCapped
@@ -25,16 +26,26 @@ STARTUP_ALLOWANCE_S = 1.0  # sandbox and interpreter start-up, on top of one per
 REPLY_GRACE_S = 0.25  # how long past a call's budget the judge waits before it kills the worker
 ABSENT = object()
 
-# Methods of the built-in data types. A test that calls one on a program's result expects a str, list, set... : on
-# an object of the program's, the program would answer (`.startswith` that always says True). Refused until the test
-# has used the object as an object: made it from a class of the program's by name (`Solution()`, `LRUCache(2)`), or
-# read an attribute no built-in type has (`stack.push`, after which `stack.pop()` is the stack's own).
+# Exceptions that steer the test's own control flow when they escape a call: `StopIteration` ends a `map` or a
+# generator early, so `all(...)` passes. From the program they are failures (as PEP 479 makes them in generators):
+# a class made for them, under `Exception`.
+_CONTROL_FLOW = {"StopIteration", "StopAsyncIteration"}
+# Methods of the built-in data types. A test that calls one on a program's result and checks what it answers expects
+# a str, list, set... : on an object of the program's, the program would answer (`.startswith` that always says True),
+# a lie like a length or a truth it claims. Refused until the test has used the object as an object: made it from a
+# class of the program's by name (`Solution()`, `LRUCache(2)`) or reached it through such an object's methods
+# (`Bag().add(1).add(2)`, `stack.clone().pop()`), read an attribute no built-in type has (`stack.push`), or changed it
+# through a method whose built-in namesake answers nothing (`_CHANGES`: `queue.append(1)`), after which its methods,
+# whatever their names, are its own.
 _DATA_METHODS = frozenset(
     name for kind in (str, bytes, list, tuple, dict, set, frozenset, int, float, complex) for name in dir(kind)
 )
-# Exceptions that steer the test's own control flow when they escape a call: `StopIteration` ends a `map` or a
-# generator early, so `all(...)` passes. From the program they are failures (as PEP 479 makes them in generators).
-_CONTROL_FLOW = {"StopIteration", "StopAsyncIteration", "GeneratorExit"}
+_CHANGES = frozenset({
+    "append", "extend", "insert", "remove", "clear", "sort", "reverse", "add", "discard", "update", "appendleft",
+    "extendleft", "rotate", "difference_update", "intersection_update", "symmetric_difference_update",
+})  # fmt: skip
+# The runner's own variables (pytest names the running test in PYTEST_CURRENT_TEST): never the program's to read.
+_JUDGES_VARIABLES = frozenset({"PYTEST_CURRENT_TEST"})
 # Conventional import aliases: `np` in a test means numpy even where the program imported it.
 MODULE_ALIASES = {"np": "numpy", "pd": "pandas", "plt": "matplotlib.pyplot", "mpl": "matplotlib", "sns": "seaborn",
                   "nx": "networkx", "sp": "scipy", "tf": "tensorflow", "dt": "datetime", "it": "itertools"}  # fmt: skip
@@ -46,6 +57,9 @@ _NEVER_IMPORTED = {"antigravity", "this", "turtle", "tkinter", "idlelib", "webbr
 # exception becomes. And the names the program's own module goes by in the worker.
 _RUNNER_MODULES = {"unittest", "pytest", "_pytest", "pluggy", "gspo_recipes", "doctest", "bdb", "pdb"}
 _PROGRAM_MODULES = {"solution", "__main__", "__mp_main__"}
+# The names the dataset's code runs under in the judge (the test script's module, the helpers' namespace): a program
+# naming them is given a class of its own, never the tests'.
+_DATASET_MODULES = {"tests", "helpers", "setup"}
 
 
 class JudgeFailure(BaseException):  # noqa: N818 (what it is, not an error of the test's)
@@ -86,11 +100,13 @@ class Remote:
     def __getattr__(self, name: str):
         if name.startswith("__"):
             raise AttributeError(name)
-        if name in _DATA_METHODS and not self._open:
+        if name in _DATA_METHODS and name not in _CHANGES and not self._open:
             judge_failed(f"the program's result is not plain data: `.{name}` would be its own, not the built-in's")
-        if name not in _DATA_METHODS:
-            self._open = True  # the test uses it as an object (`stack.push`): from now on its methods are its own
-        return self._link.forward(self, ["getattr", self._target, name])
+        value = self._link.forward(self, ["getattr", self._target, name], open_=True)
+        # The test uses it as an object (one it has: the runner's own look-ups, `pytestmark`, fail and open nothing):
+        # its methods are its own from now on (see `_DATA_METHODS`).
+        self._open = True
+        return value
 
     def __str__(self) -> str:
         return self._link.forward(self, ["text", self._target, "str"])
@@ -107,6 +123,10 @@ class Remote:
         raise TypeError("an object of the program's is not plain data: it has no length the judge can trust")
 
     def __iter__(self):
+        if not self._open:
+            # A result the test takes as data (`list(evens(6))`, `for x in f()`), which no iterator is: the items an
+            # object of the program's claims to hold are its lie to tell, as its length, truth and members are.
+            judge_failed("an object of the program's is not plain data: the judge does not iterate it")
         return self._link.iterate(self)
 
     __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = __bool__ = __contains__ = _refuse
@@ -139,13 +159,17 @@ class Link:
         self.calls = 0
         self.callbacks: list = []  # functions the tests passed to the program, by the number it calls them with
         self.exception_classes: dict[str, type] = {}  # see `program_exception`: one class per claim, per row
-        self.dataset_names: dict = {}  # the tests' namespace (set by the judge): the dataset's own classes
+        self.dataset_names: dict = {}  # the tests' namespace (set by the judge)
+        self.helper_classes: dict = {}  # the classes the dataset's helpers define (set by the judge), by name
         self.test_deadline = time.monotonic() + job.per_test_s
-        # /tmp kept alike with the program's (`shared_tmp.py`) where the tests can reach a file and both /tmp are
-        # sandboxes' own: the confined judge's (it starts workers through the broker, which agrees) and a namespace
-        # backend's
-        self.share_tmp = job.shares_tmp and start_worker is not None
-        self.tmp_seen: dict = {}  # what the program's /tmp holds of ours, as we last scanned it
+        # The test's working directory and environment as the worker starts with them (its own start: the shared
+        # folder, the sandbox's environment), and what was last sent to the worker of each generation.
+        try:
+            self._start_cwd = os.getcwd()
+        except OSError:
+            self._start_cwd = "/"
+        self._start_environ = {key: value for key, value in os.environ.items() if key not in _JUDGES_VARIABLES}
+        self._state_generation, self._cwd_sent, self._environ_sent = -1, self._start_cwd, self._start_environ
 
     def ensure(self) -> bool:
         if self.worker is not None and self.worker.alive:
@@ -162,7 +186,6 @@ class Link:
         except OSError as error:  # no process could be started: the machine's failure, not the program's
             raise sandbox.SandboxUnavailable(f"could not start the sandboxed worker: {error}") from error
         self.generation += 1
-        self.tmp_seen = {}  # a new worker's /tmp has nothing of ours yet
         try:
             ready = self.worker.receive(startup_s)[0] == "ready"
         except WorkerGone:
@@ -197,22 +220,51 @@ class Link:
         except NotPlainData as error:  # the judge cannot pass it: its limit, not the program's failure nor the test's
             judge_failed(f"{error}")
         self.calls += 1
-        reply = self._request(["call", remote._target, sent, named])
-        result = self._decode(reply[0], open_=remote._open and remote._target[0] == "name")
+        reply = self._request(["call", remote._target, sent, named, self._process_state()])
+        result = self._decode(reply[0], open_=remote._open)  # what an object's methods return is an object too
         originals = [*args, *kwargs.values()]
         changes = [*_as_list(reply[1] if len(reply) > 1 else None), *_as_list(reply[2] if len(reply) > 2 else None)]
-        for original, changed in zip(originals, changes):
+        returned = reply[3] if len(reply) > 3 else None
+        for position, (original, changed) in enumerate(zip(originals, changes)):
             if changed is None:
                 continue
             changed = self._decode(changed)
-            # An argument the program changed and returned (or returned a copy of) keeps its value from before the
-            # call until the test's statement ends: else `candidate(x) == x`, or `== sorted(x)`, would compare the
-            # result with itself. Decided here, on the judge's data, not on the worker's word.
+            if returned == position and type(original) is list and result == changed and _rearranged(original, changed):
+                # A list the program reordered in place and returned (`xs.sort(); return xs`): the test's own list,
+                # reordered now, is the result, as in one process (`sort_in_place(xs) is xs`, `== xs`).
+                _update_in_place(original, changed)
+                result = original
+                continue
+            # Any other argument the program changed and returned (or returned a copy of) keeps its value from
+            # before the call until the test's statement ends: else `fix(x) == sorted(x)` would compare the result
+            # with itself (a `fix` that empties its list). Decided here, on the judge's data, not on the worker's word.
             if result is None or type(result) is not type(changed) or result != changed:
                 _update_in_place(original, changed)
             else:
                 _after_the_statement(lambda original=original, changed=changed: _update_in_place(original, changed))
         return result
+
+    def _process_state(self) -> list | None:
+        """What the test changed of the state a program shares with it in one process, since the worker last heard:
+        [working directory, [[name, value] set], [names unset]] of its environment, or None when nothing changed.
+        The program's own changes do not come back (see the docs)."""
+        try:
+            cwd = os.getcwd()
+        except OSError:
+            cwd = self._start_cwd
+        if self._state_generation != self.generation:  # a new worker starts where the judge's test started
+            self._state_generation, self._cwd_sent, self._environ_sent = (
+                self.generation,
+                self._start_cwd,
+                self._start_environ,
+            )
+        environ = {key: value for key, value in os.environ.items() if key not in _JUDGES_VARIABLES}
+        if cwd == self._cwd_sent and environ == self._environ_sent:
+            return None
+        changed = [[key, value] for key, value in environ.items() if self._environ_sent.get(key) != value]
+        removed = [key for key in self._environ_sent if key not in environ]
+        self._cwd_sent, self._environ_sent = cwd, environ
+        return [cwd, changed, removed]
 
     def iterate(self, remote: Remote):
         """The items of a program's iterable (an endless generator included), fetched a batch at a time as the test
@@ -236,9 +288,9 @@ class Link:
             raise StopIteration
         return self._decode(items[0])
 
-    def forward(self, remote: Remote, request: list) -> Any:
+    def forward(self, remote: Remote, request: list, open_: bool = False) -> Any:
         self._check(remote)
-        return self._decode(self._request(request)[0])
+        return self._decode(self._request(request)[0], open_=open_)
 
     def _check(self, remote: Remote) -> None:
         if remote._link is not self or (remote._generation and remote._generation != self.generation):
@@ -270,20 +322,10 @@ class Link:
         if self.worker is None or not self.worker.alive:  # restarted between tests only, never under a test's alarm
             raise WorkerGone("the program is not running")
         budget = self._budget()
-        if self.share_tmp:  # what the test wrote to /tmp since the last call, there before this one runs
-            entries, self.tmp_seen = shared_tmp_changes(self.tmp_seen)
-            if entries and self.worker.request(["files", entries, budget], budget + REPLY_GRACE_S) != ["ok"]:
-                raise WorkerGone("unexpected reply")
         reply = self.worker.request([*request, budget], budget + REPLY_GRACE_S)
         while True:
             if reply[0] == "callback" and len(reply) == 4:  # the program calls a function the test passed in
                 reply = self.worker.request(self._called_back(*reply[1:]), self._budget() + REPLY_GRACE_S)
-            elif self.share_tmp and reply[0] == "files" and len(reply) == 2:  # what the call wrote to /tmp
-                try:
-                    self.tmp_seen = shared_tmp_apply(reply[1])
-                except ValueError as error:
-                    raise NotPlainData(str(error)) from None
-                reply = self.worker.request(["taken"], self._budget() + REPLY_GRACE_S)
             else:
                 break
         if reply[0] == "ok" or (reply[0] == "raised" and len(reply) >= 3):
@@ -294,12 +336,14 @@ class Link:
 
     def program_exception(self, name: Any, lineage: Any) -> type:
         """The class a test sees for an exception the program raised, from its name and its classes' lineage
-        (`[[module, qualified name], ...]`, the class first, as the worker claims them): the judge's own class of
-        that name where the judge has one (the standard library's, a module the judge has imported, the dataset's
-        own classes by name), else a class made here for it, distinct and named as the program's, under the
-        nearest of its bases the judge has (a `ValueError` subclass stays a `ValueError`). Never a class that steers
-        the test's runner (pytest's, unittest's) or its control flow (`StopIteration`, `SystemExit`...): those
-        arrive as distinct classes under `Exception`."""
+        (`[[module, qualified name], ...]`, the class first, as the worker claims them), by identity, as in one
+        process: the built-in class itself when it is one (`SystemExit`, `KeyboardInterrupt` and `GeneratorExit`
+        included, which `except Exception` does not catch); a class of a module the judge has imported
+        (`json.JSONDecodeError`); a class of the dataset's helpers the tests use (the prompt's `BankError`, which in
+        one process is the program's own); else a class made here for it, named as the program's and equal to no
+        class of the test script, under the nearest of its bases the judge has (a `ValueError` subclass stays a
+        `ValueError`). Never a class that steers the test's runner (pytest's, unittest's), nor `StopIteration`
+        (a class made for it under `Exception`)."""
         claims = _claimed_lineage(name, lineage)
         key = repr(claims)
         if key not in self.exception_classes:
@@ -317,16 +361,18 @@ class Link:
         if module == "builtins":
             found = getattr(builtins, qualname, None) if qualname not in _CONTROL_FLOW else None
         elif module in _PROGRAM_MODULES:
-            found = self.dataset_names.get(qualname)
-            if isinstance(found, Remote) or getattr(found, "__module__", None) in _PROGRAM_MODULES:
+            # The program's own class: the dataset's only where the helpers define it and the tests use the helpers'
+            # (in one process the prompt's code is the program's); a class the test script defines never is.
+            found = self.helper_classes.get(qualname)
+            if found is None or self.dataset_names.get(qualname) is not found:
                 found = None
-        elif module.split(".")[0] in _RUNNER_MODULES or module not in sys.modules:
+        elif module.split(".")[0] in _RUNNER_MODULES | _DATASET_MODULES or module not in sys.modules:
             found = None
         else:
             found = sys.modules[module]
             for part in qualname.split("."):
                 found = getattr(found, part, None)
-        return found if isinstance(found, type) and issubclass(found, Exception) else None
+        return found if isinstance(found, type) and issubclass(found, BaseException) else None
 
     def _budget(self) -> float:
         budget = self.test_deadline - time.monotonic()
@@ -369,10 +415,34 @@ class Link:
             self._check(value)
             return value._target
         if callable(value) and not isinstance(value, Remote):
-            # A function the test passes (a key, a predicate): the program calls it back, across the boundary.
+            # A function the test passes (a key, a predicate): the program calls it back, across the boundary, as a
+            # stand-in with its name and signature.
             self.callbacks.append(value)
-            return ["k", len(self.callbacks) - 1]
+            return ["k", len(self.callbacks) - 1, *_name_and_parameters(value)]
         raise NotPlainData(f"a {type(value).__name__} cannot be passed to the program")
+
+
+def _name_and_parameters(function: Any) -> list:
+    """[name, [[name, kind, has a default, the default as data], ...]] of a test's function, for its stand-in in the
+    worker (`harness._as_named`); a default that is not data crosses as None, a signature Python cannot tell as
+    none."""
+    import inspect
+
+    name = getattr(function, "__name__", None)
+    name = name[:200] if type(name) is str and name else type(function).__name__
+    try:
+        parameters = list(inspect.signature(function).parameters.values())[:64]
+    except (TypeError, ValueError):  # a built-in such as `int`: the name alone
+        return [name, None]
+    described = []
+    for parameter in parameters:
+        has_default = parameter.default is not inspect.Parameter.empty
+        try:
+            default = encode(parameter.default) if has_default else None
+        except NotPlainData:
+            default = None
+        described.append([parameter.name, int(parameter.kind), has_default, default])
+    return [name, described]
 
 
 def _claimed_lineage(name: Any, lineage: Any) -> list[tuple[str, str]]:
@@ -411,6 +481,16 @@ def judges_copy(name: str, imported: Any) -> Any:
         return getattr(value, qualname) if qualname else value
     except Exception:  # noqa: BLE001 (a module that fails to import here is simply not there for the tests)
         return ABSENT
+
+
+def _rearranged(before: list, after: list) -> bool:
+    """Whether `after` holds the items of `before`, each as many times, in any order (a sort, a reverse, a shuffle)."""
+    if len(before) != len(after) or len(before) > 100_000:
+        return False
+    try:
+        return collections.Counter(before) == collections.Counter(after)
+    except TypeError:  # unhashable items (lists of lists): compared by count, for lists of a size that allows it
+        return len(before) <= 2_000 and all(before.count(item) == after.count(item) for item in after)
 
 
 def _as_list(value: Any) -> list:

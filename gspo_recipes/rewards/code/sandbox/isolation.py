@@ -18,7 +18,8 @@ SANDBOX_UIDS = 1024  # 60000-61023: below systemd's DynamicUser range (61184-655
 # Processes on one machine (trainer ranks, test runs) start at different points of the range, so that they rarely
 # share a uid, and with it a process limit.
 _UID_OFFSET = random.Random(os.getpid() ^ time.time_ns()).randrange(SANDBOX_UIDS)
-# bwrap's private working directory: on the sandbox's own /tmp tmpfs, so nothing written there reaches the host.
+# The sandboxes' working directory: the folder an attempt's program and judge share (`shared_folder.py`), or, for a
+# run that shares nothing (stdin/stdout cases, the fallback), a private one on the sandbox's own /tmp.
 WORKDIR_IN_BWRAP = "/tmp/work"
 
 
@@ -90,9 +91,10 @@ def drop_privileges(uid: int) -> list[str]:
     ]  # fmt: skip
 
 
-def bwrap_prefix(binary: str, uid: int, tmpfs_mb: int) -> list[str]:
+def bwrap_prefix(binary: str, uid: int, tmpfs_mb: int, shared: str | None = None) -> list[str]:
     """bubblewrap (`binary`: `bwrap_binary.py`): a read-only minimal root with the interpreter, a private `tmpfs_mb`
-    MB /tmp, no network, new PID/IPC/UTS namespaces, and a process that dies with its parent."""
+    MB /tmp, no network, new PID/IPC/UTS namespaces, and a process that dies with its parent. `shared`: the host
+    folder the attempt shares with its judge (`shared_folder.py`), bound read-write as the working directory."""
     command = [binary, "--die-with-parent", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts"]
     command += ["--unshare-cgroup-try", "--hostname", "sandbox"]
     if not is_root():
@@ -104,8 +106,10 @@ def bwrap_prefix(binary: str, uid: int, tmpfs_mb: int) -> list[str]:
     command += ["--size", str(tmpfs_mb << 20), "--perms", "1777", "--tmpfs", "/dev/shm"]
     command += ["--size", str(tmpfs_mb << 20), "--perms", "1777", "--tmpfs", "/tmp"]
     command += _python_binds()
-    # Root's bwrap creates the directory as root; the uid it drops to must write there (it is private anyway).
-    command += ["--perms", "0777" if is_root() else "0700", "--dir", WORKDIR_IN_BWRAP]
+    if shared is not None:
+        command += ["--bind", shared, WORKDIR_IN_BWRAP]
+    else:  # root's bwrap creates the directory as root; the uid it drops to must write there (it is private anyway)
+        command += ["--perms", "0777" if is_root() else "0700", "--dir", WORKDIR_IN_BWRAP]
     command += ["--chdir", WORKDIR_IN_BWRAP, "--remount-ro", "/"]
     command += ["--clearenv"]
     for key, value in sandbox_env(WORKDIR_IN_BWRAP).items():

@@ -193,12 +193,12 @@ def _launch(backend, uid, job, stdin, limits, capture_stdout, capture_stderr) ->
         cleanup()
 
 
-def _spawn(backend, uid, limits, extra_fds, pipe_stdin, capture_stdout, capture_stderr):
+def _spawn(backend, uid, limits, extra_fds, pipe_stdin, capture_stdout, capture_stderr, shared=None):
     """Start the harness in the sandbox: (process, write end of its job pipe, cleanup). `extra_fds` stay open in it
-    and are appended to its arguments."""
+    and are appended to its arguments. `shared`: the host folder the attempt shares with its judge (bwrap only)."""
     host_workdir = None
     if backend == "bwrap":
-        prefix = bwrap_prefix(bwrap_binary.bwrap_path(), uid, limits.tmpfs_mb)
+        prefix = bwrap_prefix(bwrap_binary.bwrap_path(), uid, limits.tmpfs_mb, shared)
         cwd, env = "/", {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
     else:
         host_workdir = tempfile.mkdtemp(prefix="gspo-sandbox-")

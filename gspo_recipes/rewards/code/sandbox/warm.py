@@ -16,6 +16,7 @@ import tempfile
 import threading
 import warnings
 
+from . import shared_folder
 from .isolation import WORKDIR_IN_BWRAP, is_root, program_root_plan, sandbox_env, tmp_rebinds
 
 _START_TIMEOUT_S = 60.0
@@ -83,7 +84,7 @@ class Zygote:
         from .inside.assembly import ZYGOTE_SOURCE
         from .launch import PYTHON, SITE_DIRS
 
-        plan = program_root_plan()
+        plan = program_root_plan() + [["rw", shared_folder.shared_parent(), shared_folder.PARENT_IN_ZYGOTE]]
         root = tempfile.mkdtemp(prefix="gspo-zygote-root-")  # stays empty on the host
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
@@ -122,11 +123,15 @@ class Zygote:
     def alive(self) -> bool:
         return self._pidfd >= 0 and not _readable(self._pidfd, 0)
 
-    def start_attempt(self, uid: int, tmpfs_mb: int, processes: int, fds: tuple[int, int, int]) -> WarmProcess:
+    def start_attempt(self, uid: int, tmpfs_mb: int, processes: int, fds: tuple[int, int, int],
+                      shared: str | None = None) -> WarmProcess:  # fmt: skip
         """Fork an attempt that runs as `uid` with its own `tmpfs_mb` MB /tmp and at most `processes` processes, and
-        hands the payload `fds` (the caller keeps and closes its own copies)."""
+        hands the payload `fds` (the caller keeps and closes its own copies). `shared`: the host folder (made by
+        `shared_folder.make_folder` in this process) bound as the attempt's working directory."""
         request = {"uid": uid, "tmpfs_mb": tmpfs_mb, "processes": processes, "workdir": self.workdir,
-                   "name": self.attempt_name, "rebind": self.rebind, "user_namespace": not is_root()}  # fmt: skip
+                   "name": self.attempt_name, "rebind": self.rebind, "user_namespace": not is_root(),
+                   "parent": shared_folder.PARENT_IN_ZYGOTE,
+                   "shared": shared_folder.in_zygote(shared) if shared else None}  # fmt: skip
         with self._lock:
             try:
                 self.sock.settimeout(_ATTEMPT_START_TIMEOUT_S)
@@ -144,12 +149,13 @@ class Zygote:
             raise ZygoteFailed(reply[1] if len(reply) > 1 else 0, f"no attempt: {reply[-1]}")
         return WarmProcess(_host_pid(pidfds[0], reply[1]), pidfds[0])
 
-    def start_with_job(self, uid: int, tmpfs_mb: int, processes: int, fds: tuple[int, int]) -> tuple[WarmProcess, int]:
+    def start_with_job(self, uid: int, tmpfs_mb: int, processes: int, fds: tuple[int, int],
+                       shared: str | None = None) -> tuple[WarmProcess, int]:  # fmt: skip
         """`start_attempt` with a fresh job pipe in front of the payload's `fds`: (the attempt, the write end of its
         job pipe, for the caller to write the job to and close). On failure both ends are closed."""
         job_read, job_write = os.pipe()
         try:
-            return self.start_attempt(uid, tmpfs_mb, processes, (job_read, *fds)), job_write
+            return self.start_attempt(uid, tmpfs_mb, processes, (job_read, *fds), shared), job_write
         except BaseException:
             os.close(job_write)
             raise

@@ -22,6 +22,10 @@ from .attempt_limits import AttemptGuard, Watchdog, orphan_uid
 from .inside.wire import MAX_MESSAGE_BYTES, NotPlainData, dumps, loads
 from .isolation import uid_slot
 
+# Where the program's own file (`solution.py`) lives when the working directory is the folder shared with the judge:
+# on the sandbox's private /tmp, so the shared folder starts empty and the test never sees the program's source.
+PROGRAM_DIR = "/tmp/program"
+
 # Errors that mean the judge's own process ran out of something (descriptors, processes, memory): its failure, which
 # scores the completion 0 (and gets the process replaced), never a None that says "no sandbox here".
 _EXHAUSTED = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EAGAIN}
@@ -42,7 +46,10 @@ class WorkerSpec(NamedTuple):
     program: str
     per_test_s: float
     limits: launch.Limits
-    share_tmp: bool = False  # /tmp's files cross with each call (`inside/shared_tmp.py`): both sides sandboxed
+    # The attempt's own uid and folder where its judge is confined (`judge/broker.py`): the program runs as the
+    # judge's uid, in the folder both share (`shared_folder.py`). Else a uid of its own and a private folder.
+    uid: int | None = None
+    shared: str | None = None
 
 
 # Where a worker comes from when the judge may not start sandboxes itself (confined: `judge/broker.py`): the
@@ -55,19 +62,23 @@ class WorkerProcess:
     ends of its pipes. Always `end()` it."""
 
     def __init__(self, spec: WorkerSpec):
-        backend, program, per_test_s, limits, share_tmp = spec
+        backend, program, per_test_s, limits, given_uid, shared = spec
         self.namespaced = backend != "plain"
         self.requests = self.replies = self.process = self._guard = self._watchdog = None
         self._cleanup = lambda: None
-        self._uid = uid_slot()
+        # The judge's uid and folder only where the program gets a sandbox of full strength: under the weak backends
+        # (no root of its own, `plain` not even a PID namespace) a program could reach the judge's processes by uid.
+        full = backend == "bwrap"
+        self._uid = _GivenUid(given_uid) if given_uid is not None and full else uid_slot()
         uid = self._uid.__enter__()
+        shared = shared if full else None
         try:
             with contextlib.ExitStack() as child_ends:  # the worker's ends of its pipes: closed here once it has them
                 request_read, self.requests = os.pipe()
                 child_ends.callback(os.close, request_read)
                 self.replies, reply_write = os.pipe()
                 child_ends.callback(os.close, reply_write)
-                self.process, job_write, self._cleanup = _spawn(backend, uid, limits, request_read, reply_write)
+                self.process, job_write, self._cleanup = _spawn(backend, uid, limits, request_read, reply_write, shared)
             # The attempt's limits, before the job is written (no model code has run yet); its reader is the judge,
             # so a thread checks them.
             self._guard = AttemptGuard.for_launch(self.process.pid, limits, orphan_uid(backend, uid))
@@ -78,7 +89,8 @@ class WorkerProcess:
             self.end()
             raise
         job = {"mode": "serve", "program": program, "per_test_s": per_test_s, "rlimits": limits.rlimits(),
-               "sys_path": launch.SITE_DIRS, "ipc_namespace": self.namespaced, "share_tmp": share_tmp}  # fmt: skip
+               "sys_path": launch.SITE_DIRS, "ipc_namespace": self.namespaced,
+               "program_dir": PROGRAM_DIR if shared else None}  # fmt: skip
         try:
             write_all(job_write, json.dumps(job).encode())
         except OSError:
@@ -115,16 +127,29 @@ class WorkerProcess:
                 steps.callback(watchdog.stop)  # first: no kill from its thread once the process is being reaped
 
 
-def _spawn(backend: str, uid: int, limits: launch.Limits, request_read: int, reply_write: int):
+def _spawn(backend: str, uid: int, limits: launch.Limits, request_read: int, reply_write: int, shared: str | None):
     """(process, write end of its job pipe, cleanup): forked from this process's warm zygote where there is one
     (`warm.py`), else a sandbox started for this attempt alone."""
     zygote = warm.zygote_for(backend)
     if zygote is not None:
         with contextlib.suppress(warm.ZygoteFailed):  # this attempt starts cold; the next one gets a new zygote
             fds = (request_read, reply_write)
-            process, job_write = zygote.start_with_job(uid, limits.tmpfs_mb, limits.processes, fds)
+            process, job_write = zygote.start_with_job(uid, limits.tmpfs_mb, limits.processes, fds, shared)
             return process, job_write, lambda: None
-    return launch._spawn(backend, uid, limits, (request_read, reply_write), False, False, False)
+    return launch._spawn(backend, uid, limits, (request_read, reply_write), False, False, False, shared)
+
+
+class _GivenUid:
+    """The attempt's uid, handed in by whoever holds its slot (the broker): nothing to give back here."""
+
+    def __init__(self, uid: int):
+        self.uid = uid
+
+    def __enter__(self) -> int:
+        return self.uid
+
+    def __exit__(self, *exc) -> None:
+        pass
 
 
 def _killer(pid: int, guard: AttemptGuard):

@@ -5,12 +5,12 @@ Each file may use, as a global, what an earlier one defines; none imports anythi
 
 from pathlib import Path
 
-# The plain-data codec and the shared /tmp first (the harness's serve mode uses them), then the syscall filter the
+# The plain-data codec first (the harness's serve mode uses it), then the syscall filter the
 # harness installs on itself. The warm zygote's interpreter (`sandbox/warm.py`) runs the same with the confinement
 # calls before the harness and the zygote after it: the zygote runs the harness in each attempt, and its main block
 # comes last.
-HARNESS_FILES = ("wire.py", "shared_tmp.py", "syscall_filter.py", "harness.py")
-ZYGOTE_FILES = ("wire.py", "shared_tmp.py", "syscall_filter.py", "confine.py", "harness.py", "zygote.py")
+HARNESS_FILES = ("wire.py", "syscall_filter.py", "harness.py")
+ZYGOTE_FILES = ("wire.py", "syscall_filter.py", "confine.py", "harness.py", "zygote.py")
 
 
 def assemble(files: tuple[str, ...]) -> str:

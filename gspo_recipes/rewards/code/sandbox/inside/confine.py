@@ -15,6 +15,7 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVA
     1, 2, 4, 8, 32, 4096, 16384, 1 << 18
 )  # fmt: skip
 _PR_SET_PDEATHSIG, _PR_CAPBSET_DROP, _PR_SET_NO_NEW_PRIVS = 1, 24, 38
+_MNT_DETACH = 2
 
 
 def check(result, what):
@@ -56,6 +57,17 @@ def bind_read_only(source, target):
     mount(None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
 
 
+def bind_shared(source, target):
+    """Bind the folder `source` read-write at the directory `target`: no set-uid programs, no device nodes."""
+    mount(source, target, None, MS_BIND)
+    mount(None, target, None, MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV)
+
+
+def detach(target):
+    """Unmount `target` from this mount namespace (lazily: nothing of ours uses it any more)."""
+    check(_LIBC.umount2(str(target).encode(), _MNT_DETACH), f"umount {target}")
+
+
 def build_root(root, plan, tmpfs_mb):
     """A fresh tmpfs at `root` holding what `plan` names (see the module docstring); nothing mounted here propagates
     back to the host. The caller chroots into it."""
@@ -73,6 +85,9 @@ def build_root(root, plan, tmpfs_mb):
             bind_read_only(source, path)
         elif kind == "dir":
             os.makedirs(path, exist_ok=True)
+        elif kind == "rw":  # a zygote's parent of the attempts' shared folders (`shared_folder.py`)
+            os.makedirs(path, exist_ok=True)
+            bind_shared(source, path)
         elif kind == "dev" and os.path.exists(source):
             os.makedirs(os.path.dirname(path), exist_ok=True)
             open(path, "a").close()

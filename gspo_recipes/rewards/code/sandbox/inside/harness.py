@@ -47,14 +47,16 @@ def _run_harness(job_fd=None, serve_fds=None):
     _run_tests(job, program, builtins, exit_now, set_timer, real_timer, base_exception)
 
 
-def _program_file(source):
-    """The program written to `solution.py` in the attempt's private working directory: its path (what its code
-    objects, `__file__`, `inspect.getsource` and a spawned child's import find), or the bare name where it cannot
-    be written."""
+def _program_file(source, folder=None):
+    """The program written to `solution.py` in `folder` (the sandbox's private one, where the working directory is
+    the folder shared with the judge), else in the working directory: its path (what its code objects, `__file__`,
+    `inspect.getsource` and a spawned child's import find), or the bare name where it cannot be written."""
     import os
 
-    path = os.path.join(os.getcwd(), "solution.py")
+    path = os.path.join(folder or os.getcwd(), "solution.py")
     try:
+        if folder:
+            os.makedirs(folder, 0o700, exist_ok=True)
         with open(path, "w", encoding="utf-8") as file:
             file.write(source)
     except (OSError, ValueError):
@@ -162,14 +164,8 @@ def _serve(job, fds, exit_now, set_timer, real_timer, base_exception):
     import builtins as builtins_module
 
     timed = _call_timer(set_timer, real_timer, base_exception)
-    program_file = _program_file(job["program"])
+    program_file = _program_file(job["program"], job.get("program_dir"))
     namespace = _program_module("solution", program_file, __builtins__).__dict__
-    # /tmp kept alike with the judge's (shared_tmp.py) where the tests can reach a file: what the test wrote before a
-    # call is here when it runs, what the call wrote goes back before its reply. The program's own file stays ours.
-    share_tmp = job.get("share_tmp", False)
-    tmp_changes, tmp_apply, tmp_top = codec["shared_tmp_changes"], codec["shared_tmp_apply"], codec["SHARED_TOP"]
-    own = {os.path.relpath(program_file, tmp_top)} if program_file.startswith(tmp_top + "/") else set()
-    tmp_seen = [codec["shared_tmp_scan"](own) if share_tmp else {}]
     current = [0]  # the number of the judge's latest line: every reply echoes it
 
     def call_back(callback_id, args, kwargs, encode_value, decode_value):
@@ -201,19 +197,7 @@ def _serve(job, fds, exit_now, set_timer, real_timer, base_exception):
         if not line:
             exit_now(0)
         current[0], *request = loads(line)
-        if share_tmp and request[0] == "files":
-            tmp_seen[0] = tmp_apply(request[1], own)
-            reply([current[0], "ok"])
-            continue
         outcome = timed(request[-1], lambda: respond(request))  # noqa: B023 (called at once)
-        if share_tmp:
-            entries, tmp_seen[0] = tmp_changes(tmp_seen[0], own)
-            if entries:  # the judge takes them, then asks for the call's outcome
-                reply([current[0], "files", entries])
-                line = requests.readline(max_message)
-                if not line:
-                    exit_now(0)
-                current[0] = loads(line)[0]
         reply([current[0], *outcome])
 
 
@@ -287,10 +271,15 @@ def _responder(namespace, codec, call_back):
     def resolve(handle_id):
         if type(handle_id) is tuple and handle_id[0] == "g":  # never sent by the judge: no iterator of its own
             raise TypeError("not data")
-        if type(handle_id) is tuple:  # ("k", id): a function of the test's
+        if type(handle_id) is tuple:  # ("k", id[, name, parameters]): a function of the test's
             callback_id = handle_id[1]
-            return lambda *args, **kwargs: call_back(callback_id, args, kwargs, as_data,
-                                                     lambda data: decode(data, resolve))  # fmt: skip
+
+            def callback(*args, **kwargs):
+                return call_back(callback_id, args, kwargs, as_data, lambda data: decode(data, resolve))
+
+            if len(handle_id) == 4:
+                _as_named(callback, handle_id[2], handle_id[3], decode)
+            return callback
         return handles[handle_id]
 
     def target(spec):  # ["name", global name] or ["h", handle id]
@@ -324,6 +313,44 @@ def _responder(namespace, codec, call_back):
     return respond
 
 
+def _as_named(function, name, parameters, decode):
+    """Give the stand-in for a test's function the name and signature the test's has (`key.__name__`,
+    `inspect.signature(predicate)`); parameters: [[name, kind, has a default, the default as data], ...]."""
+    function.__name__ = function.__qualname__ = name
+    if parameters is None:
+        return
+    try:
+        import inspect
+
+        empty = inspect.Parameter.empty
+        function.__signature__ = inspect.Signature(
+            [
+                inspect.Parameter(p[0], inspect._ParameterKind(p[1]), default=decode(p[3]) if p[2] else empty)
+                for p in parameters
+            ]  # fmt: skip
+        )
+    except Exception:  # noqa: BLE001 (a signature that does not hold together: the name alone)
+        pass
+
+
+def _enter_state(cwd, changed, removed):
+    """The test's working directory and environment, as it changed them before this call (in one process the
+    program shares them): the directory where this side has it (the shared folder's paths are the same on both)."""
+    import os
+
+    try:
+        os.chdir(cwd)
+    except (OSError, TypeError, ValueError):
+        pass
+    for key, value in changed:
+        try:
+            os.environ[key] = value
+        except (TypeError, ValueError):
+            pass
+    for key in removed:
+        os.environ.pop(key, None)
+
+
 def _imported_from(value):
     """[module, qualified name] of a module or class the program imported (the judge imports its own copy instead
     of using the program's), else None. Only a claim: the judge decides what it accepts."""
@@ -339,7 +366,9 @@ def _imported_from(value):
 
 
 def _call(request, target, decode, as_data):
-    _, spec, args, kwargs, _budget = request
+    _, spec, args, kwargs, *state, _budget = request
+    if state and state[0] is not None:
+        _enter_state(*state[0])
     function = target(spec)
     args = [decode(arg) for arg in args]
     kwargs = {key: decode(value) for key, value in kwargs}
@@ -348,7 +377,9 @@ def _call(request, target, decode, as_data):
     changeable = (list, dict, set, bytearray)
     after = [as_data(arg) if type(arg) in changeable else None for arg in args]
     after_named = [as_data(value) if type(value) in changeable else None for value in kwargs.values()]
-    return [as_data(result), after, after_named]
+    # Which argument the result is, where it is one (an in-place sort that returns its list): only a claim.
+    returned = next((i for i, arg in enumerate([*args, *kwargs.values()]) if arg is result and type(arg) is list), None)
+    return [as_data(result), after, after_named, returned]
 
 
 if __name__ == "__main__":

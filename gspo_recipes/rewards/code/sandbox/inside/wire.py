@@ -4,6 +4,7 @@ The rest of this module's notes: docs/code-sandbox.md, "Module notes", sandbox/i
 """
 
 import collections
+import itertools
 import json
 import sys
 
@@ -85,6 +86,8 @@ def _encode(value, handle, budget, depth):
     tag = _CONTAINER_TAGS.get(kind)
     if tag in ("d", "C", "O", "T"):
         return [tag, [[inner(k), inner(v)] for k, v in (value if tag == "T" else value.items())]]
+    if tag == "S" and sys.getsizeof(value) > _EMPTY_SET_BYTES:  # its table's size too: its order is the table's
+        return [tag, [inner(item) for item in value], (sys.getsizeof(value) - _EMPTY_SET_BYTES) // _SET_ENTRY_BYTES]
     if tag is not None:
         return [tag, [inner(item) for item in value]]
     special = _encode_special(value, kind, inner)
@@ -167,11 +170,15 @@ def _decode(data, handle, budget, depth):
         return handle(("g", rest[0]))  # an iterator of the program's: its items cross one at a time, as taken
     if tag == "k" and len(rest) == 1 and type(rest[0]) is int and handle is not None:
         return handle(("k", rest[0]))  # a function of the judge's (the test's), called back across the boundary
+    if tag == "k" and len(rest) == 3 and type(rest[0]) is int and _signature(rest[1], rest[2]) and handle is not None:
+        return handle(("k", *rest))  # the same, with its name and parameters
     if tag == "M" and len(rest) == 1 and type(rest[0]) is str and len(rest[0]) <= MAX_DECIMAL_CHARS:
         import decimal
 
         return budget.number(decimal.Decimal(rest[0]))
     inner = lambda item: _decode(item, handle, budget, depth + 1)  # noqa: E731
+    if tag == "S" and len(rest) == 2 and type(rest[0]) is list and type(rest[1]) is int:
+        return _set_in_order([inner(item) for item in rest[0]], rest[1])
     if tag in _SPECIAL_DECODERS:
         return _SPECIAL_DECODERS[tag](rest, inner, budget)
     if len(rest) != 1 or type(rest[0]) is not list:
@@ -192,6 +199,93 @@ _MAPPINGS = {
     "O": collections.OrderedDict,
     "T": lambda pairs: dict(pairs).items(),
 }
+
+
+_EMPTY_SET_BYTES = sys.getsizeof(set())  # a set whose table is the small one it holds inside itself (8 entries)
+_SET_ENTRY_BYTES = 16  # one entry of a larger table: a key and its hash
+
+
+def _set_in_order(items, table):
+    """A set of `items` that iterates in their order, as the sender's did (see `_placed_in_order`), where one can be
+    made; else the plain set of them."""
+    plain = set(items)
+    if [*plain] == items or table & (table - 1) or not 8 < table <= 1 << 16 or len(plain) != len(items):
+        return plain
+    for lowest in (False, True):
+        made = _placed_in_order(items, table, lowest)
+        if made is not None:
+            return made
+    return plain
+
+
+def _placed_in_order(items, table, lowest):
+    """A set of `items` that iterates in their order, as the sender's did. A set's order is where its items sit in its
+    table, so they are placed in a table of the sender's size (`table` entries) on slots in that order: each on the
+    slot past the one before among the first its search tries (CPython's probing, `_probe`), the slots its
+    search tries before that one held while it is added, by the items placed there (added first) or by placeholders
+    added and removed before (a removed entry is passed over, never reused). `lowest`: each on the lowest such slot,
+    else on the first its search reaches. Checked at the end: None where it did not come out in that order."""
+    plain = None
+    size = _EMPTY_SET_BYTES + table * _SET_ENTRY_BYTES
+    mask, slot_of, passed_by, last = table - 1, {}, [], -1
+    for index, item in enumerate(items):
+        tried = list(itertools.islice(_probe(hash(item) & 0xFFFFFFFFFFFFFFFF, mask), 30))
+        eligible = [slot for slot in tried if slot > last and slot not in slot_of]
+        if not eligible:
+            return plain
+        last = min(eligible) if lowest else eligible[0]
+        slot_of[last] = index
+        passed_by.append(set(tried[: tried.index(last)]))
+    held = set().union(*passed_by) - slot_of.keys()
+    # Each item after the items on the slots its search passes first (Kahn's order).
+    waiting = [len({slot_of[slot] for slot in passed if slot in slot_of}) for passed in passed_by]
+    unblocks = [[] for _ in items]
+    for index, passed in enumerate(passed_by):
+        for blocker in {slot_of[slot] for slot in passed if slot in slot_of}:
+            unblocks[blocker].append(index)
+    order = [index for index, count in enumerate(waiting) if count == 0]
+    for index in order:  # grows as it goes
+        for later in unblocks[index]:
+            waiting[later] -= 1
+            if waiting[later] == 0:
+                order.append(later)
+    if len(order) != len(items):
+        return plain
+    made = set()
+    for number in [*sorted(held), *(slot for slot in range(table) if slot not in slot_of and slot not in held)]:
+        if sys.getsizeof(made) >= size and number not in held:
+            break
+        made.add(number)  # an int hashes as itself: once the table has its size, each sits on its own slot
+    if sys.getsizeof(made) != size:
+        return plain
+    for number in list(made):
+        made.discard(number)
+    for index in order:
+        made.add(items[index])
+    return made if sys.getsizeof(made) == size and [*made] == items else plain
+
+
+def _probe(hashed, mask):
+    """The slots CPython's set tries for a hash, in order: runs of 10 neighbours, then a jump perturbed by the hash."""
+    index, perturb = hashed & mask, hashed
+    for _ in range(mask + 1):
+        yield from range(index, index + (9 if index + 9 <= mask else 0) + 1)
+        perturb >>= 5
+        index = (index * 5 + 1 + perturb) & mask
+
+
+def _signature(name, parameters):
+    """Whether a test's function's name and parameters (`[[name, kind, has a default, the default as data], ...]`)
+    are well formed."""
+
+    def parameter(entry):
+        return (type(entry) is list and len(entry) == 4 and type(entry[0]) is str and entry[0].isidentifier()
+                and type(entry[1]) is int and 0 <= entry[1] <= 4 and type(entry[2]) is bool)  # fmt: skip
+
+    if parameters is None:  # a function Python cannot tell the signature of: its name alone
+        return type(name) is str and 0 < len(name) <= 200
+    return (type(name) is str and 0 < len(name) <= 200 and type(parameters) is list and len(parameters) <= 64
+            and all(parameter(entry) for entry in parameters))  # fmt: skip
 
 
 def _keys(items):

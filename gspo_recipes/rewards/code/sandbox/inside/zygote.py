@@ -187,15 +187,20 @@ def _attempt(request, fds, payload):
         socket.sethostname("sandbox")
         for kept, target in request.get("rebind", ()):  # an interpreter under /tmp, hidden by the new /tmp
             confine.bind_read_only(kept, target)
-        uid, workdir = request["uid"], request["workdir"]
+        uid, workdir, shared = request["uid"], request["workdir"], request.get("shared")
         os.mkdir(workdir, 0o700)
+        if shared:  # the folder this attempt shares with its other half (made, and owned by `uid`, on the host)
+            confine.bind_shared(shared, workdir)
+        if request.get("parent"):  # every attempt's folder is under it: this one keeps its own alone
+            confine.detach(request["parent"])
         os.chdir(workdir)
         if _PER_ATTEMPT["reaper"]:
             _become_init(fds)  # returns in the payload's process only
         if request.get("user_namespace"):  # no uid but the user's: it owns the workdir already
             confine.drop_capabilities(request["processes"])
         else:
-            os.chown(workdir, uid, uid)
+            if not shared:
+                os.chown(workdir, uid, uid)
             confine.drop_to(uid, request["processes"])
     except BaseException:  # noqa: BLE001 (no confinement, no attempt: the judge sees a worker that never got ready)
         os._exit(1)
