@@ -144,7 +144,9 @@ class VLLMSampler(Sampler):
     settings TRL's vLLM generation uses in training (`VLLMGeneration.generate`, trl 1.16: temperature, top_p, top_k,
     min_p, repetition_penalty, max_tokens, then `generation_kwargs` on top; no dtype unless `--dtype` names one, as
     TRL passes none). Each prompt's `num_generations` samples come from one request seeded from (seed, shard, batch,
-    prompt), so a resumed run writes what an uninterrupted one does, whatever vLLM batches together."""
+    prompt), whatever vLLM batches together; a batch redone after an interruption draws from the same seeds, but vLLM
+    does not promise bitwise-equal logits from run to run (on CPU its kernels vary with threads and batch shapes), so
+    its samples can differ from an uninterrupted run's where transformers generation's do not."""
 
     def __init__(self, model, tokenizer, training_args, script_args, column: str, model_args):
         from vllm import LLM

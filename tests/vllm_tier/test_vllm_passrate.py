@@ -1,6 +1,6 @@
 """`gspo passrate --use_vllm`: vLLM's offline engine samples, the package's rewards score, and the run is resumable
 and shows its progress as the transformers path does; on a greedy decode (top_k=1, float32 in both engines) both
-paths give the same pass rates."""
+paths give the same pass rates and samples."""
 
 import json
 import shutil
@@ -20,7 +20,7 @@ def rows(folder):
     return [json.loads(line) for line in (folder / passrate.RESULT_FILE).read_text().splitlines()]
 
 
-def test_vllm_passrate_is_resumable_and_reproducible(tmp_path, subprocess_env):
+def test_vllm_passrate_is_resumable(tmp_path, subprocess_env):
     whole, resumed = tmp_path / "whole", tmp_path / "resumed"
     first = run([*ARGS, "--use_vllm", "--output_dir", str(whole)], tmp_path, subprocess_env)
     assert "gspo passrate: 24 rows" in first.stdout and "gspo passrate:" in first.stderr  # the progress bar
@@ -37,8 +37,12 @@ def test_vllm_passrate_is_resumable_and_reproducible(tmp_path, subprocess_env):
     (resumed / passrate.SHARDS / shard.name).write_text("\n".join(lines[:16]) + "\n" + lines[16][:30])
     again = run([*ARGS, "--use_vllm", "--output_dir", str(resumed)], tmp_path, subprocess_env)
     assert "2/3" in again.stderr  # the bar starts at the two finished batches
-    for name in (passrate.RESULT_FILE, passrate.KEPT_FILE):
-        assert (resumed / name).read_text() == (whole / name).read_text()
+    redone = rows(resumed)
+    assert [r["question"] for r in redone] == [r["question"] for r in results]
+    assert redone[:16] == results[:16], "the finished batches are kept as they were"
+    assert all(len(row["samples"]) == 4 for row in redone[16:])
+    # The third batch is sampled again from the same per-prompt seeds; vLLM's CPU kernels are not bitwise
+    # reproducible from run to run (threads, batch shapes), so its samples may differ from the first run's.
 
 
 def test_vllm_and_transformers_give_the_same_pass_rates_on_a_greedy_decode(tmp_path, subprocess_env):
