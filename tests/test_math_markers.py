@@ -48,6 +48,14 @@ MARKERS = [  # (completion, score): the markers and where the answer is
     ("Answer: 18. She sells nine eggs.", 0.0),
     ("Answer 18", 0.0),  # a label needs its colon, its verb or math after it
     ("Answer $18$", 1.0),
+    # Found by the property test: a line with a word between two values is no answer line and no `####` line,
+    # so the box before it stays the last marker; between delimiters (a box, tags) the same words are its values.
+    ("\\boxed{18}\n\n#### 18 or 15", 1.0),
+    ("\\boxed{15}\n\n#### 18 or 15", 0.0),
+    ("\\boxed{18}\n\nAnswer: 18 or 15", 1.0),
+    ("#### 18, 15", 0.0),
+    ("Answer: $18 \\text{ or } 15$", 0.0),
+    ("<answer>18 or 15</answer>", 0.0),
     # No marker: 0, whatever the prose says.
     ("9 + 9 = 18", 0.0),
     ("the answer is obviously 18 as computed", 0.0),

@@ -1,8 +1,9 @@
 """Adversarial completions for a math reward, built from one data row's own gold and problem (`gspo audit-reward`).
 
 `math_audit_cases(row)` gives (family, completion, should_pay) triples: the ways a policy under pressure gets paid
-without a committed, correct final answer (should_pay False), and right answers written another honest way that
-a reward must still pay (should_pay True). The families follow the final-answer contract (`contract.py`).
+without a correct final answer in its last answer marker (should_pay False), and right answers written another
+honest way, or followed by prose, that a reward must still pay (should_pay True). The families follow the rule of
+docs/rewards.md (`marker.py`: the last marker decides, prose is never read).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from .echo import squash
 from .marker import boxed_contents
 
 EQUIVALENT = "equivalent"  # the answer written another honest way: must pay
-EXPLAINED = "explained"  # the answer explained or checked in prose outside it: must pay
+EXPLAINED = "explained"  # the answer explained, checked or doubted in prose after its marker: must pay
 
 
 def gold_answer(row: dict[str, Any]) -> str | None:
@@ -55,15 +56,20 @@ def math_audit_cases(row: dict[str, Any]) -> list[tuple[str, str, bool]]:
         ("no_committed_answer", f"So we get ${gold}$ in the end.", False),
         ("no_committed_answer", f"<think>The answer is \\boxed{{{gold}}}.</think>", False),
         ("no_committed_answer", f"<think>The answer is \\boxed{{{gold}}}.", False),
+        ("no_committed_answer", f"The answer is ${gold}$. I hope it is correct.", False),  # no answer line
+        ("no_committed_answer", f"Therefore the answer is ${gold}$.", False),
         ("negation", f"The answer is not ${gold}$.", False),
         ("negation", f"The answer is never ${gold}$.", False),
         (EQUIVALENT, f"So the answer is $\\boxed{{{gold}}}$.", True),
         (EQUIVALENT, f"The final answer is ${gold}$.", True),
-        (EQUIVALENT, f"Final Answer: The final answer is ${gold}$. I hope it is correct.", True),
-        (EXPLAINED, f"The answer is ${gold}$, since that is what the computation above gives.", True),
+        (EQUIVALENT, f"We are done.\n\n**Final Answer**\n\n${gold}$", True),
+        (EQUIVALENT, f"<answer>{gold}</answer>", True),
+        (EQUIVALENT, f"Ответ: ${gold}$", True),
+        (EXPLAINED, f"$\\boxed{{{gold}}}$, since that is what the computation above gives.", True),
         (EXPLAINED, f"$\\boxed{{{gold}}}$. Does this make sense? Yes: each step checks out.", True),
         (EXPLAINED, f"\\boxed{{{gold}}}. Let me verify: plugging it back in works, so it is not a mistake.", True),
-        (EXPLAINED, f"Answer: ${gold}$ (found by working through the cases)", True),
+        (EXPLAINED, f"\\boxed{{{gold}}} (found by working through the cases)", True),
+        (EXPLAINED, f"\\boxed{{{gold}}} Wait, I should double-check this. Hmm.", True),
     ]
     if wrong is not None:
         cases += _wrong_value_cases(gold, wrong)
@@ -109,25 +115,29 @@ def _wrong_value_cases(gold: str, wrong: str) -> list[tuple[str, str, bool]]:
         ("negation", f"\\boxed{{\\neg {gold}}}", False),
         ("several_answers", f"First \\boxed{{{wrong}}}, then \\boxed{{{gold}}}.", False),
         ("several_answers", f"\\boxed{{{gold}}} or \\boxed{{{wrong}}}", False),
+        ("several_answers", f"\\boxed{{{wrong}}} \\boxed{{{gold}}}", False),
         ("several_answers", f"<think>The answer is \\boxed{{{gold}}}.</think>\nThe answer is ${wrong}$.", False),
-        ("second_commitment", f"\\boxed{{{gold}}}\nAnswer = ${wrong}$", False),
-        ("second_commitment", f"\\boxed{{{gold}}}\nANS: ${wrong}$", False),
-        ("second_commitment", f"\\boxed{{{gold}}}\nAnswers: ${wrong}$", False),
-        ("second_commitment", f"\\boxed{{{gold}}}. So the answer's ${wrong}$.", False),
-        ("second_commitment", f"\\boxed{{{gold}}}\n\n**Final Answer**\n\n${wrong}$", False),
-        ("second_commitment", f"\\boxed{{{gold}}}\n## Answer\n${wrong}$", False),
-        ("second_commitment", f"\\boxed{{{gold}}}\n$$\\text{{Answer}} = {wrong}$$", False),
-        ("second_commitment", f"The answer is ${gold}$.\nThe answer is ${wrong}$.", False),
-        ("second_commitment", f"The answer is ${gold}$, no wait: \\boxed{{{wrong}}}", False),
-        ("second_commitment", f"\\boxed{{{gold}}}. The answer should be ${wrong}$.", False),
-        ("second_commitment", f"\\boxed{{{gold}}}\n\nEDIT: ${wrong}$", False),
-        ("second_commitment", f"\\boxed{{{gold}}}. Actually, it is ${wrong}$.", False),
-        ("second_commitment", f"\\boxed{{{gold}}}\n<answer>{wrong}</answer>", False),
+        ("later_marker", f"\\boxed{{{gold}}}\nAnswer: ${wrong}$", False),
+        ("later_marker", f"\\boxed{{{gold}}}\nAnswer = ${wrong}$", False),
+        ("later_marker", f"\\boxed{{{gold}}}\n\n**Final Answer**\n\n${wrong}$", False),
+        ("later_marker", f"\\boxed{{{gold}}}\n## Answer\n${wrong}$", False),
+        ("later_marker", f"The answer is ${gold}$.\nThe answer is ${wrong}$.", False),
+        ("later_marker", f"The answer is ${gold}$, no wait: \\boxed{{{wrong}}}", False),
+        ("later_marker", f"\\boxed{{{gold}}}. The answer should be:\n#### {wrong}", False),
+        ("later_marker", f"\\boxed{{{gold}}}\n<answer>{wrong}</answer>", False),
+        ("later_marker", f"First $\\boxed{{{gold}}}$. Then, after checking, $\\boxed{{{wrong}}}$.", False),
+        ("hidden_marker", f"\\boxed{{{wrong}}}\n<!-- \\boxed{{{gold}}} -->", False),
+        ("hidden_marker", f"\\boxed{{{wrong}}}\n% \\boxed{{{gold}}}", False),
+        ("hidden_marker", f"\\boxed{{{wrong}}}\n~~~\n\\boxed{{{gold}}}\n~~~", False),
+        ("hidden_marker", f"\\boxed{{{wrong}}}\n<pre>\\boxed{{{gold}}}</pre>", False),
+        ("hidden_marker", f"\\boxed{{{wrong}}} `\\boxed{{{gold}}}`", False),
         (EXPLAINED, f"$\\boxed{{{gold}}}$, or about ${wrong}$ if one miscounts.", True),
         (EXPLAINED, f"We first guessed ${wrong}$, which fails the check. The answer is $\\boxed{{{gold}}}$.", True),
         (EXPLAINED, f"\\boxed{{{gold}}}. The answer is not ${wrong}$.", True),
-        (EXPLAINED, f"The answer is ${wrong}$, no wait: \\boxed{{{gold}}}", True),  # a correction starts anew
+        (EXPLAINED, f"The answer is ${wrong}$, no wait: \\boxed{{{gold}}}", True),  # the box is the last marker
         (EXPLAINED, f"\\boxed{{{gold}}}\n\nLet's check our answer: it satisfies every condition.", True),
+        (EXPLAINED, f"\\boxed{{{gold}}}\n\nWait, actually the answer is ${wrong}$.", True),  # prose: never read
+        (EXPLAINED, f"\\boxed{{{wrong}}}\n<!-- \\boxed{{{wrong}}} -->\n\nAnswer: ${gold}$", True),
     ]
 
 

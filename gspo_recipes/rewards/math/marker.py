@@ -51,7 +51,7 @@ _LABEL = "|".join(pattern for pattern, _ in ANSWER_LABELS.values())
 _VERB_ENDINGS = ("is", "ist", "lautet", "est", "es", "é", "è", "是", "为", "は")
 _MARKUP = r"[ \t]*(?:#{1,6}[ \t]*|>[ \t]*|[-+][ \t]+)?[*_]*[ \t]*"
 _LABEL_LINE = re.compile(
-    rf"{_MARKUP}(?P<label>{_LABEL})(?![^\W\d_])[*_]*[ \t]*(?P<colon>[:：])?[*_]*[ \t]*(?P<value>.*?)[ \t]*$",
+    rf"{_MARKUP}(?P<label>{_LABEL})(?![^\W\d_])[*_]*[ \t]*(?P<colon>[:：=])?[*_]*[ \t]*(?P<value>.*?)[ \t]*$",
     re.IGNORECASE,
 )
 _MATH = re.compile(r"\$\$.*?\$\$|\$[^$]*\$|\\\(.*?\\\)|\\\[.*?\\\]", re.DOTALL)

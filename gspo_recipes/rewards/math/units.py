@@ -45,7 +45,9 @@ _RATES = {"mph": ("mi", "h"), "kph": ("km", "h"), "kmh": ("km", "h")}
 _NEED_A_NUMBER = {"in", "m", "s", "h", "g", "l", "mi", "pt", "min", "second", "seconds", "sec", "cup", "cups"}
 _POWERS = {"square": 2, "sq": 2, "cubic": 3, "cu": 3}
 _TEXT = re.compile(r"\\(?:text|textnormal|textbf|textit|mathrm|textrm|mbox|operatorname)\s*\{([^{}]*)\}")
-_TRAILING = re.compile(r"^(?P<value>.*?\d[^A-Za-z]*?)(?P<unit>(?:\s*(?:[A-Za-z]+|/|\^\s*\{?[23]\}?))+)\s*\.?$", re.S)
+# A number's end, then a space and a word, or a rate's slash: "540 cm", "5/\text{day}", never "5m" or "18x".
+_VALUE_END = re.compile(r"\d[^A-Za-z\s/]*(?=\s+[A-Za-z]|\s*/\s*[A-Za-z])")
+_UNIT_CHARS = re.compile(r"[A-Za-z\s/^{}23.]+")
 
 
 def _unit_name(word: str) -> str | None:
@@ -112,13 +114,16 @@ def split_unit(answer: str) -> tuple[str, tuple[tuple, Fraction] | None]:
     if not re.search(r"[A-Za-z]", answer):
         return answer, None
     flat = _TEXT.sub(r" \1 ", answer).replace("\\,", " ").replace("\\ ", " ").replace("~", " ")
-    match = _TRAILING.match(flat)
-    if match is None or not match.group("unit")[:1].isspace():
+    ends = list(_VALUE_END.finditer(flat))
+    if not ends:
         return answer, None  # "18x", "5m": a letter glued to a number is part of its value
-    unit = read_unit(match.group("unit"))
+    value, unit_text = flat[: ends[-1].end()], flat[ends[-1].end() :]
+    if not _UNIT_CHARS.fullmatch(unit_text):
+        return answer, None
+    unit = read_unit(unit_text.rstrip(" ."))
     if unit is None:
         return answer, None
-    return match.group("value").strip(), unit
+    return value.strip(), unit
 
 
 def problem_units(text: str) -> list[tuple[tuple, Fraction]]:
