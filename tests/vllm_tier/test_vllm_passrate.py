@@ -41,8 +41,7 @@ def test_vllm_passrate_is_resumable(tmp_path, subprocess_env):
     assert [r["question"] for r in redone] == [r["question"] for r in results]
     assert redone[:16] == results[:16], "the finished batches are kept as they were"
     assert all(len(row["samples"]) == 4 for row in redone[16:])
-    # The third batch is sampled again from the same per-prompt seeds; vLLM's CPU kernels are not bitwise
-    # reproducible from run to run (threads, batch shapes), so its samples may differ from the first run's.
+    # The third batch is drawn again by a fresh engine: its samples are not the first run's (docs/vllm.md).
 
 
 def test_vllm_and_transformers_give_the_same_pass_rates_on_a_greedy_decode(tmp_path, subprocess_env):
