@@ -215,3 +215,15 @@ def test_a_misspelled_flag_gets_did_you_mean(capsys):
         gspo(["passrate", "--num_generation", "4"])
     assert stop.value.code == 2
     assert "--num_generation: did you mean --num_generations or" in capsys.readouterr().err
+
+
+def test_use_vllm_without_vllm_names_the_install(tmp_path, monkeypatch):
+    """`--use_vllm` samples with vLLM's offline engine (tests/vllm_tier/test_vllm_passrate.py runs it); without vLLM
+    the command stops before loading anything and names the extra to install."""
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else find_spec(name, *a))
+    with pytest.raises(SystemExit, match=r"--use_vllm needs vllm.*pip install 'gspo-recipes\[vllm\]'"):
+        gspo(["passrate", *ARGS, "--use_vllm", "--output_dir", str(tmp_path / "run")])
+    assert not (tmp_path / "run").exists()
