@@ -73,6 +73,12 @@ def test_each_value_rule_both_ways():
     assert wrong == {}
 
 
+def test_any_text_in_a_marker_is_bounded_without_an_exception():
+    # Found by math-verify's own suite: a unicode superscript digit crashed the cost bound's reader.
+    texts = ["\\boxed{1,000.99m²}", "\\boxed{x²+1}", "\\boxed{٣}", "\\boxed{" + "(" * 80 + "1" + ")" * 80 + "}"]
+    assert math_accuracy(texts, answer=["1000.99"] * 4) == [0.0] * 4
+
+
 def test_gsm8k_pays_the_number_not_an_expression_for_it():
     completions = ["\\boxed{18}", "\\boxed{18.00}", "\\boxed{\\$18}", "\\boxed{\\frac{36}{2}}", "\\boxed{9 \\cdot 2}"]
     assert gsm8k_accuracy(completions, answer=["#### 18"] * 5) == [1.0, 1.0, 1.0, 0.0, 0.0]

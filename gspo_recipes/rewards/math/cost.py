@@ -21,7 +21,7 @@ _past_bound: dict[str, int] = {}  # answer text -> items scored 0 for it since t
 
 _TOKEN = re.compile(
     r"\\[dt]?binom|\\choose|\\[dtc]?frac|\\sqrt|\\prod|\\Gamma|\\operatorname\s*\{\s*[Gg]amma\s*\}|\\[A-Za-z]+|\\."
-    r"|\d+(?:\.\d+)?|[A-Za-z]|[-+*/^!_(){}\[\],=<>|]|\s+|."
+    r"|[0-9]+(?:\.[0-9]+)?|[A-Za-z]|[-+*/^!_(){}\[\],=<>|]|\s+|."
 )
 _SKIP = {"\\left", "\\right", "\\displaystyle", "\\,", "\\;", "\\!", "\\:", "\\ ", "\\quad", "\\qquad"}
 _TIMES = {"*", "\\cdot", "\\times", "/", "\\div"}
@@ -46,7 +46,10 @@ class _Size:
 
 def within_bound(text: str) -> bool:
     """Whether evaluating `text` stays within MAX_DIGITS digits and MAX_DEGREE (the module docstring)."""
-    size = evaluation_size(text)
+    try:
+        size = evaluation_size(text)
+    except (ValueError, OverflowError, RecursionError):  # what cannot be bounded is refused, never raised
+        return False
     return size.digits <= MAX_DIGITS and size.degree <= MAX_DEGREE
 
 
@@ -143,7 +146,7 @@ class _Parser:
                 inner = _Size(max(inner.digits, self.expression().digits), inner.degree)
             self.take()
             return inner
-        if token[0].isdigit():
+        if "0" <= token[0] <= "9":  # ASCII digits only: `²` is a symbol here
             value = float(token)
             return _Size(math.log10(value + 1) if "." not in token else len(token), 0.0, value)
         if token.isalpha():

@@ -11,6 +11,7 @@ A bare integer or a single letter is never an echo: any problem may mention thos
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 _NOISE = re.compile(r"\s|\$|\\left|\\right|\\displaystyle|\\[,;:! ]|\\quad|\\qquad|\{\}")
 _TEXT_COMMAND = re.compile(r"\\(?:text|textbf|mathrm|mathbf|operatorname)\s*\{([^{}]*)\}")
@@ -37,6 +38,7 @@ _REWRITES = [
 ]
 
 
+@lru_cache(maxsize=8192)  # a GRPO batch repeats its golds and many of its answers
 def squash(text: str) -> str:
     """`text` with what does not change its meaning as written removed: spacing, delimiters, `\\text{}`."""
     text = _TEXT_COMMAND.sub(r"\1", text)

@@ -52,6 +52,7 @@ from .verifier import EXACT, NO_NUMERIC_RULE, RELATIVE, RELATIVE_TOLERANCE, veri
 
 DEFAULT_TIMEOUT_S = float(os.environ.get("GSPO_MATH_TIMEOUT_S", "5"))
 _CHOICE = re.compile(r"\(?([A-Z])\)?")
+_PLAIN_NUMBER = re.compile(r"-?\d{1,20}(?:\.\d{1,20})?")
 _MATH_SPAN = re.compile(r"\$\$(.+?)\$\$|\$(.+?)\$|\\\[(.+?)\\\]|\\\((.+?)\\\)", re.DOTALL)
 _RELATION = re.compile(r"=|<|>|\\(?:le|leq|ge|geq|lt|gt|neq|ne)(?![A-Za-z])")
 # "(C) Plane": a choice letter with its option's words, read as the letter (never "(C) (D)" or "C D": one letter).
@@ -293,6 +294,8 @@ def marker_answer(
 
 def _reading(answer: str, gold_answer: str, problem: str | None) -> tuple[str, Fraction] | None:
     """(the answer in the form to compare, the factor its unit converts by), or None where it breaks the rule."""
+    if _PLAIN_NUMBER.fullmatch(answer) and "_" not in gold_answer:
+        return answer, Fraction(1)  # most answers: within the bound, no unit, a form no gold's is simpler than
     if squash(answer) != squash(gold_answer) and not (within_bound(answer) and within_bound(gold_answer)):
         note_past_bound(answer)  # before any other reading: counted in the run's diagnostics
         return None

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 MAX_MARKERS = 64  # boxes: more than this many is a repetition loop, not an answer
 MAX_BOX_CHARS = 1000  # a box that does not close within this many characters is no answer (none is longer)
 MAX_LINE_WORDS = 4  # an answer line's value: "18 square feet per second", never a sentence
+MAX_LINE_CHARS = 500  # an answer line's or `####` line's value; MATH-500's longest answer has 66 characters
 
 _BOX = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _BRACE = re.compile(r"\\[{}]|[{}]")
@@ -55,6 +56,7 @@ _LABEL_LINE = re.compile(
     re.IGNORECASE,
 )
 _MATH = re.compile(r"\$\$.*?\$\$|\$[^$]*\$|\\\(.*?\\\)|\\\[.*?\\\]", re.DOTALL)
+_NUMBER = re.compile(r"-?[\d,]{1,30}(?:\.\d{1,30})?")
 _SENTENCE_BREAK = re.compile(r"[.!?;。！？；](?=\s+\S)")
 # One value: symbols and single letters, then up to MAX_LINE_WORDS words, then closing punctuation.
 _VALUE_SHAPE = re.compile(
@@ -90,9 +92,9 @@ def final_marker(text: str, delimiters: tuple[str, ...] | None = None) -> Marker
         return None  # a repetition loop of boxes
     for start, end in boxes:
         found.append((start, end, "box", (section[start:end],)))
-    for match in _ANSWER_TAGS.finditer(section):
+    for match in _ANSWER_TAGS.finditer(section) if "<" in section else ():
         found.append((match.start(), match.end(), "tags", (match.group(1),)))
-    for match in _HASHES.finditer(section):
+    for match in _HASHES.finditer(section) if "####" in section else ():
         if short_value(match.group(1)):  # "#### Step 1: set up": a markdown heading
             found.append((match.start(), match.end(), "hashes", (match.group(1),)))
     line = _answer_line(section)
@@ -165,6 +167,10 @@ def short_value(value: str) -> bool:
     """Whether a line's rest is one value: math and bare symbols (numbers, operators, single letters), then at most
     MAX_LINE_WORDS words (a unit: "18 eggs", "(C) Plane"), then closing punctuation; no sentence, no words before
     or between values ("17, no wait: 18", "Janet makes 18")."""
+    if _NUMBER.fullmatch(value):
+        return True
+    if len(value) > MAX_LINE_CHARS:
+        return False  # no answer is that long: a repetition loop, read no further
     prose = _MATH.sub(" 0 ", value)
     prose = re.sub(r"\\(?:text|textbf|mathrm|mbox|operatorname)\s*\{[^{}]*\}", " 0 ", prose)
     prose = re.sub(r"\\(?:begin|end)\s*\{[^{}]*\}|\\(?:[A-Za-z]+|.)", " ", prose)
@@ -183,6 +189,8 @@ def unwrap(value: str) -> str:
     """A marker's value without the dress around it: math delimiters, bold, a closing full stop, and a box that
     is all of it (`Answer: $\\boxed{18}$.`)."""
     value = value.strip()
+    if _NUMBER.fullmatch(value):
+        return value
     for _ in range(3):
         previous = value
         value = re.sub(r"^(?:\$\$?|\\\(|\\\[|\*\*|__)\s*", "", value)

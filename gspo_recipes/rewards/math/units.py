@@ -161,7 +161,8 @@ def problem_units(text: str) -> list[tuple[tuple, Fraction]]:
 
 def unit_scale(unit: tuple[tuple, Fraction], gold: str, problem: str | None) -> Fraction | None:
     """The factor from the answer's unit to the gold's (the module docstring); None when neither the gold nor the
-    problem names a unit of its kind. Without a problem text (a reward called with no `prompts` and no problem
+    problem names a unit of its kind. The problem's unit is the last of its kind named in its question (the last
+    sentence that ends with "?"), else in the whole problem. Without a problem text (a reward called with no `prompts` and no problem
     column) only the gold's unit can be checked: any other unit stands as written (factor 1)."""
     signature, factor = unit
     _, gold_unit = split_unit(gold)
@@ -172,4 +173,11 @@ def unit_scale(unit: tuple[tuple, Fraction], gold: str, problem: str | None) -> 
     named = [found for found in problem_units(problem or "") if found[0] == signature]
     if not named:
         return None
-    return factor / named[-1][1]
+    asked = [found for found in problem_units(_question(problem or "")) if found[0] == signature]
+    return factor / (asked or named)[-1][1]
+
+
+def _question(problem: str) -> str:
+    """The problem's last sentence that asks ("How many meters are left?"): its units are the answer's."""
+    questions = re.findall(r"[^.?!]*\?", problem)
+    return questions[-1] if questions else ""
