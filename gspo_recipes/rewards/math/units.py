@@ -162,8 +162,8 @@ def problem_units(text: str) -> list[tuple[tuple, Fraction]]:
 def unit_scale(unit: tuple[tuple, Fraction], gold: str, problem: str | None) -> Fraction | None:
     """The factor from the answer's unit to the gold's (the module docstring); None when neither the gold nor the
     problem names a unit of its kind. The problem's unit is the last of its kind named in its question (the last
-    sentence that ends with "?"), else in the whole problem. Without a problem text (a reward called with no `prompts` and no problem
-    column) only the gold's unit can be checked: any other unit stands as written (factor 1)."""
+    sentence that ends with "?"), else in the whole problem. Without a problem text (a reward called with no
+    `prompts` and no problem column) only the gold's unit can be checked: any other unit stands as written."""
     signature, factor = unit
     _, gold_unit = split_unit(gold)
     if gold_unit is not None and gold_unit[0] == signature:
