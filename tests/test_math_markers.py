@@ -21,6 +21,8 @@ MARKERS = [  # (completion, score): the markers and where the answer is
     ("9 + 9 = 18\n\n**Final answer:** $18$", 1.0),
     ("9 + 9 = 18\n\n## Final Answer\n\n$18$", 1.0),  # a label alone, the value on the last line
     ("9 + 9 = 18\n\nAnswer: \\[\n18\n\\]", 1.0),  # display math over several lines is one line
+    ("| Step | Value |\n|---|---|\n| Eggs left | 9 |\n| **Answer** | 18 |", 1.0),  # a table's last row
+    ("| Step | Value |\n|---|---|\n| **Answer** | 18 |\n| Check | 9 + 9 |", 0.0),
     ("Ответ: 18", 1.0),
     ("答案应该是18", 1.0),
     ("答案：18", 1.0),

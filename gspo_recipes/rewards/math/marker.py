@@ -11,8 +11,9 @@ blanked out), the markers are:
 - a `####` line (`#### 72`: the line's rest, when it does not start with a word and is one short value, as on an
   answer line: "#### Step 1" and "#### 1. Set up" are markdown headings);
 - an answer line: the last non-empty line, when it starts with an answer label (`ANSWER_LABELS`, in any markdown
-  markup) followed by one short value: at most `MAX_LINE_WORDS` words outside math and no sentence break. A label
-  alone on the line before the last ("**Final Answer**" then "18") counts as the same line.
+  markup: a heading, a quote, a bullet, bold, a table's last row `| **Answer** | 18 |`) followed by one value
+  (`short_value`: math and symbols, then at most `MAX_LINE_WORDS` words, then closing punctuation). A label alone
+  on the line before the last ("**Final Answer**" then "18") counts as the same line.
 
 The answer is the content of the marker that starts last; a marker inside another belongs to it. Prose is never
 read: text after the last marker changes nothing, and with no marker there is no answer.
@@ -50,9 +51,9 @@ ANSWER_LABELS = {
 }
 _LABEL = "|".join(pattern for pattern, _ in ANSWER_LABELS.values())
 _VERB_ENDINGS = ("is", "ist", "lautet", "est", "es", "é", "è", "是", "为", "は")
-_MARKUP = r"[ \t]*(?:#{1,6}[ \t]*|>[ \t]*|[-+][ \t]+)?[*_]*[ \t]*"
+_MARKUP = r"[ \t]*(?:#{1,6}[ \t]*|>[ \t]*|[-+][ \t]+|\|[ \t]*)?[*_]*[ \t]*"  # heading, quote, bullet, table row
 _LABEL_LINE = re.compile(
-    rf"{_MARKUP}(?P<label>{_LABEL})(?![^\W\d_])[*_]*[ \t]*(?P<colon>[:：=])?[*_]*[ \t]*(?P<value>.*?)[ \t]*$",
+    rf"{_MARKUP}(?P<label>{_LABEL})(?![^\W\d_])[*_]*[ \t]*(?P<colon>[:：=|])?[*_]*[ \t]*(?P<value>.*?)[ \t|]*$",
     re.IGNORECASE,
 )
 _MATH = re.compile(r"\$\$.*?\$\$|\$[^$]*\$|\\\(.*?\\\)|\\\[.*?\\\]", re.DOTALL)
