@@ -19,6 +19,10 @@ CASES = [  # (gold, completion, expected, problem)
     ("18", "\\boxed{17 \\le x \\le 19}", 0, None),
     ("18", "\\boxed{18 \\pm 1}", 0, None),
     ("18", "\\boxed{\\approx 18}", 0, None),
+    ("18", "\\boxed{18 \\text{ thousandths}}", 0, None),  # scale words are part of the value, never cut off
+    ("18", "\\boxed{18 per cent}", 0, None),
+    ("18", "\\boxed{18 to the power of 2}", 0, None),
+    ("18", "\\boxed{18 \\bmod 5}", 0, None),
     ("\\text{(C)}", "\\boxed{\\text{(C) and (D)}}", 0, None),
     ("\\text{(C)}", "\\boxed{(C) or (D)}", 0, None),
     ("\\text{(C)}", "\\boxed{(C) Plane}", 1, None),
