@@ -98,6 +98,19 @@ def test_base_exceptions_are_never_caught_as_exceptions(raised, style, path, tmp
     assert score(program, script) == 0.0
 
 
+def test_the_runners_look_ups_never_reach_the_program(path):
+    """pytest looks up marks and fixture markers on every name of the test module while it collects: a program
+    object that answers them (here, by raising SystemExit, which `except Exception` no longer hides) is never
+    asked, so the row is judged as usual (the honest object 1.0, the wrong one 0.0), never refused."""
+    program = (
+        "class Add:\n    def __call__(self, a, b):\n        return a + b\n"
+        "    def __getattr__(self, name):\n        raise SystemExit(name)\nadd = Add()\n"
+    )
+    script = "def test_add():\n    assert add(1, 2) == 3\ndef test_more():\n    assert add(2, 2) == 4\n"
+    assert score(program, script) == 1.0
+    assert score(program.replace("a + b", "a - b"), script) == 0.0
+
+
 @pytest.mark.parametrize("raised", NOT_EXCEPTIONS)
 def test_base_exceptions_are_themselves(raised, path, tmp_path):
     program = f"def stop(n):\n    raise {raised}(n)\n"

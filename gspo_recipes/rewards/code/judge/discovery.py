@@ -40,11 +40,12 @@ def might_hold_tests(module: types.ModuleType) -> bool:
 
 
 def run_collected(module: types.ModuleType, source: str, begin_test: Callable[[], Callable[[], bool]],
-                  around_phase: Callable[[], contextlib.AbstractContextManager]) -> dict[str, str]:  # fmt: skip
+                  around_phase: Callable[[], contextlib.AbstractContextManager],
+                  collected: Callable[[], None] = lambda: None) -> dict[str, str]:  # fmt: skip
     """{test id: "passed" | "failed" | "uncounted"} for every test pytest collects from `module` (`source` is its
     text). `begin_test()` is called as each test starts and returns `counts()`, asked as it ends: False makes a test
     the runner passed "uncounted" (the judge's rule: it never called the program). `around_phase()` wraps each of a
-    test's setup, call and teardown (the judge's alarm)."""
+    test's setup, call and teardown (the judge's alarm); `collected()` is called once collection is done."""
     import tempfile
 
     import pytest  # here, not at the top: most rows (asserts, HumanEval's check) never need it in the judge
@@ -61,6 +62,7 @@ def run_collected(module: types.ModuleType, source: str, begin_test: Callable[[]
         with open(ini, "w", encoding="utf-8") as config:
             config.write("[pytest]\n")
         plugin.script = path  # removed once collected: no test runs while the script is a file anyone could read
+        plugin.collected_hook = collected
         with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
             pytest.main([path, "-c", ini, "--rootdir", folder, *_PYTEST_ARGS], plugins=[plugin])
     if plugin.collection_error is not None:
@@ -104,6 +106,7 @@ def _row_plugin_class() -> type:
             self.ended_well: set[str] = set()  # the call phase passed, or failed as xfail said it would
             self.uncounted: set[str] = set()
             self.script = ""
+            self.collected_hook = lambda: None
 
         def outcome(self, test: str) -> str:
             if test not in self.ended_well or test in self.failed:
@@ -124,6 +127,7 @@ def _row_plugin_class() -> type:
             self.collected = [item.nodeid for item in session.items]
             with contextlib.suppress(OSError):
                 os.unlink(self.script)
+            self.collected_hook()
 
         @pytest.hookimpl(wrapper=True)
         def pytest_runtest_protocol(self, item, nextitem):

@@ -315,11 +315,13 @@ def _run_collected(module: types.ModuleType, source: str, link: Link, per_test_s
             signal.setitimer(signal.ITIMER_REAL, 0)
 
     previous = signal.signal(signal.SIGALRM, _on_alarm)
+    link.collecting = True
     try:
-        return discovery.run_collected(module, source, begin_test, alarm)
+        return discovery.run_collected(module, source, begin_test, alarm, lambda: setattr(link, "collecting", False))
     except discovery.CollectionFailed as error:
         raise Refused(str(error)) from None
     finally:
+        link.collecting = False
         signal.signal(signal.SIGALRM, previous)
 
 

@@ -98,8 +98,8 @@ class Remote:
         return self._link.call(self, args, kwargs)
 
     def __getattr__(self, name: str):
-        if name.startswith("__"):
-            raise AttributeError(name)
+        if name.startswith("__") or self._link.collecting:
+            raise AttributeError(name)  # while pytest collects, its look-ups (marks, fixtures, mocks) are not asked
         if name in _DATA_METHODS and name not in _CHANGES and not self._open:
             judge_failed(f"the program's result is not plain data: `.{name}` would be its own, not the built-in's")
         value = self._link.forward(self, ["getattr", self._target, name], open_=True)
@@ -157,6 +157,9 @@ class Link:
         self.failed_to_load = False
         self.capped = False  # the broker started its most workers for this attempt: no more tests can run
         self.calls = 0
+        # While pytest collects, it looks attributes up on every name of the test module (marks, fixture markers, mock
+        # checks): no program code runs for those, so a program can neither break the collection nor see it.
+        self.collecting = False
         self.callbacks: list = []  # functions the tests passed to the program, by the number it calls them with
         self.exception_classes: dict[str, type] = {}  # see `program_exception`: one class per claim, per row
         self.dataset_names: dict = {}  # the tests' namespace (set by the judge)
