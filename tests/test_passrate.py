@@ -52,6 +52,23 @@ def test_resumed_run_equals_an_uninterrupted_one(tmp_path, monkeypatch):
     assert len(whole) == 12 and len({row["question"] for row in whole}) == 12
 
 
+def test_a_kill_while_the_first_line_of_a_batch_was_written_loses_no_row(tmp_path):
+    """The shard ends in half a line, all that reached the disk of its batch: the redo must not append to it (its
+    first line would be lost)."""
+    import shutil
+
+    whole, resumed = tmp_path / "whole", tmp_path / "resumed"
+    assert gspo(["passrate", *ARGS, "--output_dir", str(whole)]) == 0
+    (resumed / passrate.SHARDS).mkdir(parents=True)
+    shutil.copy(whole / passrate.RUN_FILE, resumed / passrate.RUN_FILE)
+    (shard,) = (whole / passrate.SHARDS).iterdir()
+    lines = shard.read_text().splitlines()
+    (resumed / passrate.SHARDS / shard.name).write_text("\n".join(lines[:4]) + "\n" + lines[4][:30])
+    assert gspo(["passrate", *ARGS, "--output_dir", str(resumed)]) == 0
+    for name in (passrate.RESULT_FILE, passrate.KEPT_FILE):
+        assert (resumed / name).read_text() == (whole / name).read_text()
+
+
 def test_only_the_accuracy_reward_decides_and_keep_filters(tmp_path):
     out = tmp_path / "run"
     assert gspo(["passrate", *ARGS, "--reward_funcs", "format", "gsm8k_accuracy", "--output_dir", str(out)]) == 0

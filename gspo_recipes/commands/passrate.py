@@ -325,12 +325,22 @@ class Work:
                 sizes[line["batch"]] = line["batch_size"]
         finished = {b for b, n in counts.items() if sizes.get(b) == n}
         kept = [line for line in lines if line["batch"] in finished]
-        if len(kept) != len(lines):  # drop a batch cut short, so that its redo is the only copy
+        # Drop a batch cut short, so that its redo is the only copy, and a line cut short by the kill (even where it
+        # is all that was written of its batch), so that the redo's first line does not land on its end.
+        if len(kept) != len(lines) or not self._ends_with_whole_lines(self.path):
             tmp = self.path + ".tmp"
             with open(tmp, "w") as f:
                 f.writelines(json.dumps(line) + "\n" for line in kept)
             os.replace(tmp, self.path)
         return finished
+
+    @staticmethod
+    def _ends_with_whole_lines(path: str) -> bool:
+        if not os.path.exists(path):
+            return True
+        with open(path) as f:
+            text = f.read()
+        return text == "" or (text.endswith("\n") and all(_parses(line) for line in text.splitlines()))
 
     def append(self, lines: list[dict]) -> None:
         lines[-1]["batch_size"] = len(lines)
@@ -347,6 +357,14 @@ class Work:
             line.pop("batch", None)
             line.pop("batch_size", None)
         return sorted(lines, key=lambda line: line["index"])
+
+
+def _parses(text: str) -> bool:
+    try:
+        json.loads(text)
+    except json.JSONDecodeError:
+        return False
+    return True
 
 
 def write_results(lines: list[dict], output_dir: str, bounds, save_format: str, signal: str) -> None:
