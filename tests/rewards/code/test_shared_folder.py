@@ -324,3 +324,24 @@ def test_the_folder_is_fresh_and_gone_after_the_attempt(path):
                 except OSError:
                     pass
     assert leftovers == []
+
+
+def test_a_killed_pool_process_leaves_no_shared_parent_behind(tmp_path, monkeypatch):
+    """A pool process killed before its exit handlers ran leaves its parent folder (as root, a tmpfs mounted on it);
+    the next pool process to start removes those of processes that are gone, and only those."""
+    import subprocess
+    import sys
+
+    from gspo_recipes.rewards.code.sandbox import shared_folder
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    stale = tmp_path / f"gspo-shared-{int(gone.stdout)}-abc123"
+    (stale / "attempt-x" / "locked").mkdir(parents=True)
+    (stale / "attempt-x" / "locked" / "left.txt").write_text("x")
+    os.chmod(stale / "attempt-x" / "locked", 0o500)
+    alive = tmp_path / f"gspo-shared-{os.getppid()}-def456"
+    alive.mkdir()
+    shared_folder._sweep_stale()
+    assert not stale.exists()
+    assert alive.exists()

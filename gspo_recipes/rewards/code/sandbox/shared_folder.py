@@ -8,6 +8,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -36,7 +37,8 @@ def shared_parent() -> str:
     (a user can mount nothing the host sees: see docs/code-sandbox.md, "Limits")."""
     with _lock:
         if not _parent:
-            path = tempfile.mkdtemp(prefix="gspo-shared-")
+            _sweep_stale()
+            path = tempfile.mkdtemp(prefix=f"gspo-shared-{os.getpid()}-")
             mounted = False
             if is_root():
                 with contextlib.suppress(OSError):
@@ -49,6 +51,31 @@ def shared_parent() -> str:
             _parent.append(path)
             atexit.register(_remove_parent, path, os.getpid(), mounted)
         return _parent[0]
+
+
+def _sweep_stale() -> None:
+    """Remove the parents (and, as root, unmount the tmpfs) that processes which are gone left behind: a pool process
+    killed before its exit handlers ran (`_remove_parent`) leaves its own. A parent's name holds its process's pid."""
+    with contextlib.suppress(OSError), os.scandir(tempfile.gettempdir()) as entries:
+        for entry in entries:
+            found = re.fullmatch(r"gspo-shared-(\d+)-\w+", entry.name)
+            if found is None or int(found.group(1)) == os.getpid() or _alive(int(found.group(1))):
+                continue
+            if is_root():
+                with contextlib.suppress(OSError):
+                    confine.detach(entry.path)
+            with contextlib.suppress(OSError):
+                remove_tree(entry.path)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # another user's
+    return True
 
 
 def _remove_parent(path: str, owner: int, mounted: bool) -> None:
