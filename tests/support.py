@@ -119,3 +119,17 @@ def sandbox_backend_params(names):
         usable = base == "bwrap" or launch._works(base)
         params.append(pytest.param(name, marks=pytest.mark.skipif(not usable, reason=f"{name} does not work here")))
     return params
+
+
+def math_cases_scored_otherwise(cases) -> dict:
+    """`math_accuracy` on (gold, completion, expected score, problem or None) cases: the cases that score otherwise,
+    with what they scored (empty when every case holds)."""
+    from gspo_recipes.rewards import math_accuracy
+
+    scores = math_accuracy(
+        [completion for _, completion, _, _ in cases],
+        answer=[gold for gold, *_ in cases],
+        problem=[problem or "Compute it." for *_, problem in cases],
+    )
+    return {(gold, completion): score for (gold, completion, expected, _), score in zip(cases, scores)
+            if score != expected}  # fmt: skip

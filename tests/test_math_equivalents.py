@@ -2,7 +2,7 @@
 value, and the equivalents a gold admits. Each cause both ways: the honest answer scores 1, the wrong or evasive one 0
 (one batch, and a failure lists every case that scored otherwise)."""
 
-from gspo_recipes.rewards import math_accuracy
+from support import math_cases_scored_otherwise
 
 # (gold, completion, expected, problem): the problem matters to echoes and units
 CASES = [
@@ -71,11 +71,4 @@ CASES = [
 
 
 def test_each_cause_scores_both_ways():
-    scores = math_accuracy(
-        [completion for _, completion, _, _ in CASES],
-        answer=[gold for gold, *_ in CASES],
-        problem=[problem or "Compute it." for *_, problem in CASES],
-    )
-    wrong = {(gold, completion): score for (gold, completion, expected, _), score in zip(CASES, scores)
-             if score != expected}  # fmt: skip
-    assert wrong == {}
+    assert math_cases_scored_otherwise(CASES) == {}

@@ -3,6 +3,7 @@ form no more complex than the gold's, with a unit that is the gold's or the prob
 Each cause both ways, the honest answer 1 and the wrong or evasive one 0."""
 
 import pytest
+from support import math_cases_scored_otherwise
 
 from gspo_recipes.rewards import gsm8k_accuracy, math_accuracy
 from gspo_recipes.rewards.math.form import complexity, no_more_complex
@@ -67,14 +68,7 @@ CASES = [  # (gold, completion, expected, problem)
 
 
 def test_each_value_rule_both_ways():
-    scores = math_accuracy(
-        [completion for _, completion, _, _ in CASES],
-        answer=[gold for gold, *_ in CASES],
-        problem=[problem or "Compute it." for *_, problem in CASES],
-    )
-    wrong = {(gold, completion): score for (gold, completion, expected, _), score in zip(CASES, scores)
-             if score != expected}  # fmt: skip
-    assert wrong == {}
+    assert math_cases_scored_otherwise(CASES) == {}
 
 
 def test_any_text_in_a_marker_is_bounded_without_an_exception():

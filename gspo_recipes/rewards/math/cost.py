@@ -13,11 +13,13 @@ from __future__ import annotations
 import math
 import re
 
+from .tally import Tally
+
 MAX_DIGITS = 10_000  # sympy computes with numbers of this size in milliseconds; no dataset's answer is larger
 MAX_DEGREE = 64  # (x + y)^64 has 65 terms; (x + y + z + k)^999 has 1.7e8: no answer expands that far
 MAX_NESTING = 50
 WARNING_KIND = "math_answer_past_cost_bound"
-_past_bound: dict[str, int] = {}  # answer text -> items scored 0 for it since the last take_past_bound()
+_past_bound = Tally()  # answer text -> items scored 0 for it since the last take_past_bound()
 
 _TOKEN = re.compile(
     r"\\[dt]?binom|\\choose|\\[dtc]?frac|\\sqrt|\\prod|\\Gamma|\\operatorname\s*\{\s*[Gg]amma\s*\}|\\[A-Za-z]+|\\."
@@ -196,16 +198,12 @@ def _binomial(top: _Size, bottom: _Size) -> _Size:
 
 
 def note_past_bound(answer: str) -> None:
-    key = answer[:200]
-    if key in _past_bound or len(_past_bound) < 1000:
-        _past_bound[key] = _past_bound.get(key, 0) + 1
+    _past_bound.note(answer)
 
 
 def take_past_bound() -> tuple[int, list[str]]:
     """(items, up to three example answers) scored 0 past the bound since the last call, and forget them."""
-    items, examples = sum(_past_bound.values()), list(_past_bound)[:3]
-    _past_bound.clear()
-    return items, examples
+    return _past_bound.take()
 
 
 def past_bound_message(items: int, examples: list[str]) -> str:

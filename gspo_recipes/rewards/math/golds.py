@@ -16,10 +16,12 @@ import logging
 import re
 from typing import Any
 
+from .tally import Tally
+
 logger = logging.getLogger(__name__)
 
 WARNING_KIND = "unreadable_gold"
-_unreadable: dict[str, int] = {}  # gold text -> rows seen since the last take_unreadable_golds()
+_unreadable = Tally()  # gold text -> rows seen since the last take_unreadable_golds()
 _PROSE = re.compile(r"[A-Za-z]{2,}\s+[A-Za-z]{2,}")
 
 
@@ -38,17 +40,14 @@ def says_math(text: str) -> bool:
 
 def note_unreadable_gold(gold: Any) -> None:
     """Count a row whose gold cannot be judged; the first time a gold is seen, say so in the log."""
-    key = str(gold)[:200]
-    if key not in _unreadable and len(_unreadable) < 1000:
-        logger.warning("gold answer %r cannot be judged: these rows score None (fix the dataset column)", key)
-    _unreadable[key] = _unreadable.get(key, 0) + 1
+    if _unreadable.note(gold):
+        message = "gold answer %r cannot be judged: these rows score None (fix the dataset column)"
+        logger.warning(message, str(gold)[:200])
 
 
 def take_unreadable_golds() -> tuple[int, list[str]]:
     """(rows, up to three example golds) noted since the last call, and forget them: for the trainer's warnings."""
-    rows, examples = sum(_unreadable.values()), list(_unreadable)[:3]
-    _unreadable.clear()
-    return rows, examples
+    return _unreadable.take()
 
 
 def unreadable_gold_message(rows: int, examples: list[str]) -> str:
