@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import json
-from typing import Any
+from typing import Any, NamedTuple
 
 from .judge.confined import start_warm_workers
 from .judge.judge import inspected_classes
@@ -139,33 +140,52 @@ def _plan_row(program, tests, io_tests, entry_point, setup, helpers, timeout_s, 
             pass
     if entry_point is not None and not (isinstance(entry_point, str) and entry_point.isidentifier()):
         raise Unjudgeable(f"entry_point {entry_point!r} is not a Python name")
-    statements = [tests] if isinstance(tests, str) else [str(t) for t in tests]
-    if not statements or not _compiles([*statements, setup or ""]):
-        raise Unjudgeable("tests missing or not valid Python")
-    kind = "script" if isinstance(tests, str) else "asserts"
-    if kind == "script" and not entry_point:
-        entry_point = top_level_call_argument(tests, "check")  # the tests' own call; never the program's choice
-    if kind == "script" and not entry_point and _is_check_script(tests):
-        # The one function the prompt asks for (its stub, HumanEval's signature and docstring): the row's word too.
-        stubs = set().union(*map(stub_functions, helpers))
-        entry_point = stubs.pop() if len(stubs) == 1 else None
-    if inspected_classes([*statements, setup or "", *helpers]):
-        return _fallback_jobs(program, kind, entry_point, statements, setup, timeout_s, limits)
-    total = len(statements) if kind == "asserts" else estimated_tests(statements[0])
+    statements = (tests,) if isinstance(tests, str) else tuple(str(t) for t in tests)
+    row = _read_tests(statements, isinstance(tests, str), entry_point, setup or "", tuple(helpers))
+    if row.fallback:
+        return _fallback_jobs(program, row.kind, row.entry_point, list(statements), setup, timeout_s, limits)
     # CPU for the whole row (restarts after crashes included); the judge enforces the per-test deadlines itself.
-    wall = (STARTUP_ALLOWANCE_S + timeout_s) * (total + 2)
+    wall = (STARTUP_ALLOWANCE_S + timeout_s) * (row.total + 2)
     job = JudgeJob(
         program=program,
-        kind=kind,
-        tests=statements,
-        entry_point=entry_point,
+        kind=row.kind,
+        tests=list(statements),
+        entry_point=row.entry_point,
         setup=setup or "",
         helpers=helpers,
         per_test_s=timeout_s,
-        estimated_tests=total,
+        estimated_tests=row.total,
         limits=_with_wall(limits, wall),
     )
-    return [Job("judge", job, total, limits)]
+    return [Job("judge", job, row.total, limits)]
+
+
+class _RowTests(NamedTuple):
+    """What a row's tests say, whichever completion is judged on them (`_read_tests`)."""
+
+    kind: str  # "script" or "asserts"
+    entry_point: str | None
+    total: int  # the tests counted (asserts) or estimated (a script), for the row's budget
+    fallback: bool  # the tests inspect the program's classes: the weaker fallback runs them
+
+
+@functools.lru_cache(maxsize=256)
+def _read_tests(statements: tuple, is_script: bool, entry_point, setup: str, helpers: tuple) -> _RowTests:
+    """Read a row's tests once, not once per completion: a group's completions share their row, and its tests,
+    setup and helpers are the dataset's text (parsing and compiling them was most of this process's share of the
+    work). Raises `Unjudgeable`, which is not kept: a broken row is read again, and fails again."""
+    if not statements or not _compiles([*statements, setup]):
+        raise Unjudgeable("tests missing or not valid Python")
+    kind = "script" if is_script else "asserts"
+    if kind == "script" and not entry_point:
+        entry_point = top_level_call_argument(statements[0], "check")  # the tests' own call; never the program's
+    if kind == "script" and not entry_point and _is_check_script(statements[0]):
+        # The one function the prompt asks for (its stub, HumanEval's signature and docstring): the row's word too.
+        stubs = set().union(*map(stub_functions, helpers))
+        entry_point = stubs.pop() if len(stubs) == 1 else None
+    fallback = bool(inspected_classes([*statements, setup, *helpers]))
+    total = len(statements) if kind == "asserts" else estimated_tests(statements[0])
+    return _RowTests(kind, entry_point, total, fallback)
 
 
 def _is_check_script(source: str) -> bool:
@@ -227,9 +247,15 @@ def _needs_pytest(script: str) -> bool:
 
 
 def _compiles(sources: list[str]) -> bool:
+    return all(_compiles_one(source) for source in sources)
+
+
+@functools.lru_cache(maxsize=512)
+def _compiles_one(source: str) -> bool:
+    """Whether `source` compiles; only the dataset's text comes here (tests, setup, prompts), the same for every
+    completion of a row, so the answer is kept."""
     try:
-        for source in sources:
-            compile(source, "<test>", "exec")
+        compile(source, "<test>", "exec")
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return False
     return True
