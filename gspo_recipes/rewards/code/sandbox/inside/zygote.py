@@ -160,11 +160,12 @@ def _start_attempt(request, fds, sock, payload, own_pid_namespace):
     try:
         try:
             confine.unshare(confine.CLONE_NEWPID)  # for the next child only: the first process of a new one
-            attempt = os.fork()
+            attempt = confine.fork_bare()  # one thread here: see `fork_bare`
         except OSError as error:
             confine.setns(own_pid_namespace, confine.CLONE_NEWPID)
             return ["failed", error.errno or 0, str(error)[:200]], []
         if attempt == 0:
+            confine.reseed_random()
             sock.close()
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the zygote's reaper is not the attempt's
             signal.pthread_sigmask(signal.SIG_SETMASK, held)
@@ -228,7 +229,7 @@ def _become_init(fds):
     namespace, as before."""
     import os
 
-    child = os.fork()
+    child = confine.fork_bare()  # the attempt is one thread still, and `random` was reseeded already
     if child == 0:
         return
     # It stays root, as bwrap's own init does: it counts against no process limit of the attempt's uid, and a
