@@ -11,7 +11,7 @@ import json
 from typing import Any, NamedTuple
 
 from .judge.confined import start_warm_workers
-from .judge.judge import inspected_classes
+from .judge.judge import bound_names, inspected_classes, referenced_names
 from .judge.records import JudgeJob
 from .judge.remote import STARTUP_ALLOWANCE_S
 from .judge.source import (
@@ -156,6 +156,7 @@ def _plan_row(program, tests, io_tests, entry_point, setup, helpers, timeout_s, 
         per_test_s=timeout_s,
         estimated_tests=row.total,
         limits=_with_wall(limits, wall),
+        test_names=[list(row.referenced), list(row.bound)],
     )
     return [Job("judge", job, row.total, limits)]
 
@@ -167,6 +168,8 @@ class _RowTests(NamedTuple):
     entry_point: str | None
     total: int  # the tests counted (asserts) or estimated (a script), for the row's budget
     fallback: bool  # the tests inspect the program's classes: the weaker fallback runs them
+    referenced: tuple  # the names the tests and setup read, in order of first use (`judge.referenced_names`)
+    bound: tuple  # the names they bind (`judge.bound_names`)
 
 
 @functools.lru_cache(maxsize=256)
@@ -185,7 +188,10 @@ def _read_tests(statements: tuple, is_script: bool, entry_point, setup: str, hel
         entry_point = stubs.pop() if len(stubs) == 1 else None
     fallback = bool(inspected_classes([*statements, setup, *helpers]))
     total = len(statements) if kind == "asserts" else estimated_tests(statements[0])
-    return _RowTests(kind, entry_point, total, fallback)
+    # What the judge would otherwise read again in every attempt (two walks of the tests' syntax trees).
+    code = [*statements, setup]
+    names = tuple(referenced_names(code)), tuple(sorted(bound_names(code)))
+    return _RowTests(kind, entry_point, total, fallback, *names)
 
 
 def _is_check_script(source: str) -> bool:

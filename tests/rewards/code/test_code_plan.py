@@ -38,3 +38,33 @@ def test_asserts_rows_count_their_statements_and_classes_the_tests_inspect_take_
     inspecting = ["assert isinstance(make(), Box)"]
     jobs = [plan.plan_row(p, inspecting, None, None, None, [], 3.0, Limits()) for p in ("class Box: pass\n",) * 2]
     assert [job.kind for (job,) in jobs] == ["tests", "tests"]
+
+
+@pytest.mark.parametrize(
+    "program, tests, entry_point, helpers",
+    [
+        # A module the tests use unimported, a name bound later in the tests, and a constant read from the program.
+        ("def f(x):\n    return x ** 0.5\n", ["assert f(16) == math.sqrt(16)"], None, []),
+        ("def f():\n    return 3\nLIMIT = 3\n", ["n = f()", "assert n == LIMIT"], None, []),
+        # HumanEval's shape: a helper of the prompt's the tests call, the entry point from its one stub.
+        (
+            "def find(xs):\n    return xs[0]\n",
+            "def check(candidate):\n    assert candidate([1, 2]) == poly([1], 5)\n",
+            None,
+            ["def poly(xs, x):\n    return sum(c * x**i for i, c in enumerate(xs))\n\ndef find(xs):\n    '''Doc.'''\n"],
+        ),
+    ],
+)
+def test_the_judge_reads_the_same_names_from_the_planner_as_by_itself(program, tests, entry_point, helpers):
+    """The planner reads the names the tests use once per row and sends them with the job; the judge's verdict and
+    report are what it gives reading them itself."""
+    import dataclasses
+
+    from gspo_recipes.rewards.code.judge import confined
+
+    (job,) = plan.plan_row(program, tests, None, entry_point, None, helpers, 3.0, Limits())
+    planned = dataclasses.replace(job.payload, backend="bwrap")
+    assert planned.test_names is not None
+    by_itself = confined.judge_isolated(dataclasses.replace(planned, test_names=None))
+    assert confined.judge_isolated(planned) == by_itself
+    assert by_itself.run >= 1

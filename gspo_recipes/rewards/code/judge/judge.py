@@ -163,8 +163,11 @@ def _test_namespace(job: dict, link: Link, report: dict) -> dict:
     for stub in stubs:
         helpers.pop(stub, None)
     failed_helpers -= stubs
-    referenced = referenced_names(dataset_code)
-    free = set(referenced) - bound_names(dataset_code)
+    if job.test_names is not None:  # read by the planner from the same text, once per row
+        referenced, bound = job.test_names[0], set(job.test_names[1])
+    else:
+        referenced, bound = referenced_names(dataset_code), bound_names(dataset_code)
+    free = set(referenced) - bound
     # A module name is wanted even where another test binds it: statements share one namespace, in order.
     modules = {name for name in referenced if name in _ALIASED_MODULES or _is_stdlib_module(name)}
     wanted = [name for name in referenced if name in free | modules or name == entry_point]

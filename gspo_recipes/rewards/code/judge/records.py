@@ -28,6 +28,10 @@ class JudgeJob:
     estimated_tests: int
     limits: Limits
     backend: str | None = None
+    # [the names the tests and setup read, in order of first use; the names they bind], as `judge.referenced_names`
+    # and `judge.bound_names` read them: by the planner, once per row (a group's completions share it), from the same
+    # text the judge gets. None: the judge reads them itself.
+    test_names: list[list[str]] | None = None
 
     def to_wire(self) -> dict[str, Any]:
         return dataclasses.asdict(self)  # `limits` becomes its dict
