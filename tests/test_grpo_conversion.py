@@ -50,11 +50,29 @@ print(json.dumps([c.epsilon, c.epsilon_high, c.loss_type, c.importance_sampling_
 IMPORTED_FIRST = ["", "import gspo_recipes", "from gspo_recipes import GSPOConfig", "import gspo_recipes.trainer"]
 
 
+@pytest.fixture(scope="module")
+def conversions(request, tmp_path_factory):
+    """The fresh process of each IMPORTED_FIRST case the session runs, all started at once: each spends seconds
+    importing TRL and torch, and they need not wait for one another."""
+    name = "test_the_conversion_does_not_depend_on_what_was_imported_first"
+    chosen = [item for item in request.session.items if getattr(item, "originalname", None) == name]
+    started = {}
+    for before in dict.fromkeys(item.callspec.params["before"] for item in chosen):
+        command = [sys.executable, "-c", CONVERT_IN_A_FRESH_PROCESS.format(before=before)]
+        command.append(str(tmp_path_factory.mktemp("conversion")))
+        started[before] = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    yield started
+    for process in started.values():  # what a test that stopped early left running, or unread
+        if process.poll() is None:
+            process.kill()
+        process.communicate()
+
+
 @pytest.mark.parametrize("before", IMPORTED_FIRST)
-def test_the_conversion_does_not_depend_on_what_was_imported_first(tmp_path, before):
-    script = CONVERT_IN_A_FRESH_PROCESS.format(before=before)
-    out = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, check=True)
-    assert out.stdout.strip().splitlines()[-1] == '[0.1, null, "bnpo", "sequence", true]'  # TRL's class unpatched
+def test_the_conversion_does_not_depend_on_what_was_imported_first(conversions, before):
+    stdout, stderr = conversions[before].communicate(timeout=600)
+    assert conversions[before].returncode == 0, stderr
+    assert stdout.strip().splitlines()[-1] == '[0.1, null, "bnpo", "sequence", true]'  # TRL's class unpatched
 
 
 def test_a_copy_converts_on_its_own_values(tmp_path, caplog):

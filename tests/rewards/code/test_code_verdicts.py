@@ -15,20 +15,26 @@ import pytest
 from gspo_recipes.rewards import code_execution
 
 
-@pytest.fixture(params=["warm", "cold"])
-def path(request):
-    if request.param == "cold":
-        request.getfixturevalue("cold_code_workers")
-    return request.param
+@pytest.fixture(scope="module")
+def path(warm_or_cold):
+    """Each test on the warm path and on the per-attempt one: all the module's warm tests, then all its cold ones."""
+    return warm_or_cold
+
+
+_FRESH_PYTHON: dict[tuple[str, str], float] = {}
 
 
 def fresh_python(program: str, script: str, tmp_path) -> float:
-    """1.0 when every test of `script` passes against `program` run as a module from a file, else 0.0."""
-    (tmp_path / "solution.py").write_text(program)
-    (tmp_path / "test_row.py").write_text("from solution import *\n" + script)
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "test_row.py"]
-    run = subprocess.run(command, cwd=tmp_path, capture_output=True, timeout=120)
-    return 1.0 if run.returncode == 0 else 0.0
+    """1.0 when every test of `script` passes against `program` run as a module from a file, else 0.0. Installed
+    pytest plugins are not loaded, as in the judge (hypothesis's alone is most of a second of start-up). A pair runs
+    once a session: its warm and cold cases share the answer."""
+    if (program, script) not in _FRESH_PYTHON:
+        (tmp_path / "solution.py").write_text(program)
+        (tmp_path / "test_row.py").write_text("from solution import *\n" + script)
+        command = [sys.executable, "-m", "pytest", "-q", "--disable-plugin-autoload", "-p", "no:cacheprovider"]
+        run = subprocess.run([*command, "test_row.py"], cwd=tmp_path, capture_output=True, timeout=120)
+        _FRESH_PYTHON[program, script] = 1.0 if run.returncode == 0 else 0.0
+    return _FRESH_PYTHON[program, script]
 
 
 def score(program: str, script: str, **columns) -> float:
