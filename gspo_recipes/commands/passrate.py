@@ -302,21 +302,24 @@ class Work:
             with open(run_path, "w") as f:
                 json.dump(run, f, indent=1)
 
-    def _read(self, path: str) -> list[dict]:
+    def _read(self, path: str) -> tuple[list[dict], bool]:
+        """(the lines that parse, whether the file is whole lines only: none cut short by a kill)."""
         if not os.path.exists(path):
-            return []
-        lines = []
+            return [], True
+        lines, whole = [], True
         with open(path) as f:
             for text in f:
                 try:
                     lines.append(json.loads(text))
                 except json.JSONDecodeError:  # cut short by a kill: that batch is redone
+                    whole = False
                     continue
-        return lines
+                whole = whole and text.endswith("\n")
+        return lines, whole
 
     def finished_batches(self) -> set[int]:
         """Batches whose every line was written (a batch's last line carries `batch_size`)."""
-        lines = self._read(self.path)
+        lines, whole = self._read(self.path)
         counts: dict[int, int] = {}
         sizes: dict[int, int] = {}
         for line in lines:
@@ -327,20 +330,12 @@ class Work:
         kept = [line for line in lines if line["batch"] in finished]
         # Drop a batch cut short, so that its redo is the only copy, and a line cut short by the kill (even where it
         # is all that was written of its batch), so that the redo's first line does not land on its end.
-        if len(kept) != len(lines) or not self._ends_with_whole_lines(self.path):
+        if len(kept) != len(lines) or not whole:
             tmp = self.path + ".tmp"
             with open(tmp, "w") as f:
                 f.writelines(json.dumps(line) + "\n" for line in kept)
             os.replace(tmp, self.path)
         return finished
-
-    @staticmethod
-    def _ends_with_whole_lines(path: str) -> bool:
-        if not os.path.exists(path):
-            return True
-        with open(path) as f:
-            text = f.read()
-        return text == "" or (text.endswith("\n") and all(_parses(line) for line in text.splitlines()))
 
     def append(self, lines: list[dict]) -> None:
         lines[-1]["batch_size"] = len(lines)
@@ -352,19 +347,11 @@ class Work:
     def all_lines(self) -> list[dict]:
         lines = []
         for rank in range(self.world):
-            lines += self._read(os.path.join(self.folder, f"shard{rank}of{self.world}.jsonl"))
+            lines += self._read(os.path.join(self.folder, f"shard{rank}of{self.world}.jsonl"))[0]
         for line in lines:
             line.pop("batch", None)
             line.pop("batch_size", None)
         return sorted(lines, key=lambda line: line["index"])
-
-
-def _parses(text: str) -> bool:
-    try:
-        json.loads(text)
-    except json.JSONDecodeError:
-        return False
-    return True
 
 
 def write_results(lines: list[dict], output_dir: str, bounds, save_format: str, signal: str) -> None:
