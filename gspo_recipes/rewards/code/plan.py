@@ -175,8 +175,8 @@ class _RowTests(NamedTuple):
 @functools.lru_cache(maxsize=256)
 def _read_tests(statements: tuple, is_script: bool, entry_point, setup: str, helpers: tuple) -> _RowTests:
     """Read a row's tests once, not once per completion: a group's completions share their row, and its tests,
-    setup and helpers are the dataset's text (parsing and compiling them was most of this process's share of the
-    work). Raises `Unjudgeable`, which is not kept: a broken row is read again, and fails again."""
+    setup and helpers are the dataset's text (parsing and compiling them was about a third of this process's share
+    of the work). Raises `Unjudgeable`, which is not kept: a broken row is read again, and fails again."""
     if not statements or not _compiles([*statements, setup]):
         raise Unjudgeable("tests missing or not valid Python")
     kind = "script" if is_script else "asserts"
