@@ -10,6 +10,7 @@ or the canary untouched) and the honest control beside it 1.0.
 (4, the page cache, is in test_sandbox_persistence.py.)
 """
 
+import collections
 import dataclasses
 import errno
 import os
@@ -23,7 +24,7 @@ from support import sandbox_backend_params
 from gspo_recipes.rewards import code_execution, pool
 from gspo_recipes.rewards.code import reward
 from gspo_recipes.rewards.code.judge import confined, judge
-from gspo_recipes.rewards.code.sandbox import attempt_limits, worker
+from gspo_recipes.rewards.code.sandbox import attempt_limits, isolation, worker
 from gspo_recipes.rewards.code.sandbox import launch as sandbox
 
 ADD = "def add(a, b):\n    return a + b\n"
@@ -148,6 +149,39 @@ def test_processes_that_leave_their_parent_are_still_the_attempts(backend):
     scores = code_execution([daemons, busy], io_tests=[[{"input": "", "output": "3"}]] * 2, backend=backend,
                             timeout_s=5.0)  # fmt: skip
     assert scores == [0.0, 1.0]
+
+
+@pytest.mark.parametrize("backend", _backends(slow_beyond_bwrap=True))
+def test_an_attempt_killed_with_its_processes_leaves_the_next_one_its_process_limit(backend, monkeypatch):
+    """31 busy processes killed with their attempt are reaped by the system's init when it gets to them (seconds
+    later on this machine): the honest completion judged next, by the same pool process, still starts its 16
+    children and scores 1.0 (when a uid given back was the next one handed out, its fork failed: 0)."""
+    monkeypatch.setenv("GSPO_REWARD_WORKERS", "1")  # one pool process: the one that hands out the uids
+    pool.close_pool("code-judge")
+    hogs = "import os, time\nfor _ in range(31):\n    if os.fork() == 0:\n        while True:\n            pass\n"
+    forks = "import os\ndef add(a, b):\n    children = []\n    for _ in range(16):\n        child = os.fork()\n"
+    forks += "        if child == 0:\n            os._exit(0)\n        children.append(child)\n"
+    forks += "    for child in children:\n        os.waitpid(child, 0)\n    return a + b\n"
+    try:
+        killed = code_execution([hogs + SLOW_ADD], tests=[["assert add(1, 2) == 3"]], backend=backend, timeout_s=5.0)
+        honest = code_execution([forks], tests=[["assert add(1, 2) == 3"]], backend=backend, timeout_s=5.0)
+    finally:
+        pool.close_pool("code-judge")
+    assert (killed, honest) == ([0.0], [1.0])
+
+
+def test_a_uid_given_back_is_the_last_one_handed_out_again(monkeypatch):
+    """As root: 1,024 attempts one after another each get a uid of their own, then the first one's comes back."""
+    monkeypatch.setattr(isolation, "_HOST_ROOT", True)
+    monkeypatch.setattr(isolation, "_free_slots", collections.deque())
+    monkeypatch.setattr(isolation, "_next_slot", 0)
+    handed = []
+    for _ in range(isolation.SANDBOX_UIDS + 1):
+        with isolation.uid_slot() as uid:
+            handed.append(uid)
+    base, count = isolation.SANDBOX_UID_BASE, isolation.SANDBOX_UIDS
+    assert len(set(handed[:-1])) == count and handed[-1] == handed[0]
+    assert all(base <= uid < base + count for uid in handed)
 
 
 def test_the_meter_sums_what_it_sees():

@@ -6,6 +6,7 @@ No process is started here: this module only builds command lines and hands out 
 
 from __future__ import annotations
 
+import collections
 import os
 import random
 import sys
@@ -42,12 +43,17 @@ def is_root() -> bool:
 
 
 _slot_lock = threading.Lock()
-_free_slots: list[int] = []
+_free_slots: collections.deque[int] = collections.deque()
 _next_slot = 0
 
 
 class uid_slot:
-    """Hands out a uid no other run of this process is using at the same time (root only; else our own uid)."""
+    """Hands out a uid no other run of this process is using at the same time (root only; else our own uid).
+
+    A uid given back is handed out again as late as possible: fresh ones first, then the one given back longest
+    ago. The processes an attempt leaves behind killed are re-parented to the system's init, which may take seconds
+    to reap them (or, as a container's first process that is not an init, never does); until then they still count
+    against their uid's process limit, and the next attempt under that uid could not start its own."""
 
     def __enter__(self) -> int:
         global _next_slot
@@ -55,10 +61,10 @@ class uid_slot:
             self.slot = None
             return os.getuid()
         with _slot_lock:
-            if _free_slots:
-                self.slot = _free_slots.pop()
-            else:
+            if _next_slot < SANDBOX_UIDS or not _free_slots:
                 self.slot, _next_slot = _next_slot, _next_slot + 1
+            else:
+                self.slot = _free_slots.popleft()
         return SANDBOX_UID_BASE + (_UID_OFFSET + self.slot) % SANDBOX_UIDS
 
     def __exit__(self, *exc) -> None:
