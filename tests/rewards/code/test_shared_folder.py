@@ -14,6 +14,7 @@ import pytest
 from test_code_verdicts import dedent, fresh_python, score
 
 from gspo_recipes.rewards import code_execution
+from gspo_recipes.rewards.code.sandbox import shared_folder
 
 
 @pytest.fixture(scope="module")
@@ -323,6 +324,41 @@ def test_the_folder_is_fresh_and_gone_after_the_attempt(path):
                 except OSError:
                     pass
     assert leftovers == []
+
+
+def test_no_attempt_sees_the_folders_of_others(path):
+    """Every attempt's folder lives under one parent, which a zygote's attempt sees at `PARENT_IN_ZYGOTE` until it
+    binds its own folder and covers that view: from the program and from the test alike, the parent then lists
+    nothing (not even the attempt's own folder) and takes no file. Eight attempts at once, each with a file of its
+    own, so that there is something to see if the cover slipped."""
+    program = dedent(
+        f"""
+        import os
+        def seen():
+            with open("mine-" + os.urandom(4).hex(), "w") as f:
+                f.write("x")
+            try:
+                listed = os.listdir({shared_folder.PARENT_IN_ZYGOTE!r})
+            except FileNotFoundError:  # a program started per attempt has no such view at all
+                return []
+            try:
+                open({shared_folder.PARENT_IN_ZYGOTE!r} + "/planted", "w").close()
+                listed.append("planted")
+            except OSError:
+                pass
+            return listed
+        """
+    )
+    script = dedent(
+        f"""
+        import os
+        def test_alone():
+            assert seen() == []
+            if os.path.exists({shared_folder.PARENT_IN_ZYGOTE!r}):
+                assert os.listdir({shared_folder.PARENT_IN_ZYGOTE!r}) == []
+        """
+    )
+    assert code_execution([program] * 8, tests=[script] * 8, timeout_s=2.0) == [1.0] * 8
 
 
 def test_a_killed_pool_process_leaves_no_shared_parent_behind(tmp_path, monkeypatch):

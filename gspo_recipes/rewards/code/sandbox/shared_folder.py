@@ -20,7 +20,7 @@ from .isolation import WORKDIR_IN_BWRAP, is_root
 # Where the folder is in both sandboxes: the working directory, TMPDIR and HOME of the program and of the judge.
 SHARED_IN_SANDBOX = WORKDIR_IN_BWRAP
 # Where a zygote's root holds this process's parent folder (read-write); each attempt binds its own folder from
-# there at SHARED_IN_SANDBOX and then detaches the parent, so no attempt sees another's folder.
+# there at SHARED_IN_SANDBOX and then covers the parent (`confine.cover`), so no attempt sees another's folder.
 PARENT_IN_ZYGOTE = "/.gspo-shared"
 # As root, the parent is a tmpfs of this size (one attempt's folder at a time: each pool process judges one attempt
 # at a time), so that what an attempt writes there is bounded in all, as each sandbox's own /tmp is.

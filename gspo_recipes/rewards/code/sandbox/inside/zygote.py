@@ -205,7 +205,7 @@ def _attempt(request, fds, payload):
         if shared:  # the folder this attempt shares with its other half (made, and owned by `uid`, on the host)
             confine.bind_shared(shared, workdir)
         if request.get("parent"):  # every attempt's folder is under it: this one keeps its own alone
-            confine.detach(request["parent"])
+            confine.cover(request["parent"])
         os.chdir(workdir)
         if _PER_ATTEMPT["reaper"]:
             _become_init(fds)  # returns in the payload's process only
