@@ -18,6 +18,11 @@ network), mounts, syscalls (the other system calls) and kernel (interrupts and t
 Linux `perf` is needed (`apt install linux-perf`, or the `linux-tools` package of the running kernel), as root or
 with `kernel.perf_event_paranoid` at 1 or less.
 
+Beneath the profile, the whole machine's view of the same batches without perf (`/proc/stat`, every core): core
+time per attempt in user space, in the kernel (soft interrupts and kernel threads included: work the profile's parts
+do not hold), and idle, for the reward and the unsandboxed pool. The reward's rate against the pool's is what busy
+and idle time together make of it.
+
     python benchmarks/code_profile.py [--rows humaneval|mbpp] [--repeats 4]
 """
 
@@ -79,6 +84,29 @@ def _baseline_cpu_ms(which: str, repeats: int) -> float:
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     used = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
     return 1000 * used / (repeats * len(rows))
+
+
+def _core_ms() -> dict[str, float]:
+    """Milliseconds of core time the machine has spent so far, all cores: user, kernel (system, interrupts, soft
+    interrupts) and idle (with waiting on I/O)."""
+    with open("/proc/stat") as stat:
+        user, nice, system, idle, iowait, irq, softirq, steal = map(int, stat.readline().split()[1:9])
+    tick_ms = 1000 / os.sysconf("SC_CLK_TCK")
+    return {"user": (user + nice) * tick_ms, "kernel": (system + irq + softirq + steal) * tick_ms,
+            "idle": (idle + iowait) * tick_ms}  # fmt: skip
+
+
+def _machine_view(which: str, repeats: int, function) -> dict[str, float]:
+    """Rate and core time per attempt (or problem) of `repeats` batches of `function` on the machine as a whole."""
+    rows, _ = _rows(which)
+    function(rows[:32])
+    before, started = _core_ms(), time.perf_counter()
+    for _ in range(repeats):
+        function(rows)
+    seconds, after = time.perf_counter() - started, _core_ms()
+    count = repeats * len(rows)
+    view = {kind: (after[kind] - before[kind]) / count for kind in before}
+    return {"rate": count / seconds, **view, "busy": view["user"] + view["kernel"]}
 
 
 def _kind(frames: list[tuple[str, str]]) -> str:
@@ -163,6 +191,20 @@ def main() -> None:
     print(f"{'all parts':<16}" + "".join(f"{value:>12.2f}" for value in (*totals, total)))
     print(f"\nthe unsandboxed pool, CPU per problem: {baseline:.2f} ms (its interpreter's start, the program and its "
           f"tests, one `python` each); the reward's CPU per attempt is {total / baseline:.2f}x that")  # fmt: skip
+    _, reward = _rows(args.rows)
+    pool = code_throughput.subprocess_parallel
+    views = {"reward": _machine_view(args.rows, args.repeats, reward),
+             "unsandboxed pool": _machine_view(args.rows, args.repeats, pool)}  # fmt: skip
+    print(f"\nthe machine, unprofiled ({os.cpu_count()} cores; /proc/stat): core time per attempt or problem, ms")
+    print(f"{'':<18}{'per s':>8}{'user':>8}{'kernel':>8}{'idle':>8}{'busy':>8}")
+    for name, view in views.items():
+        figures = "".join(f"{view[kind]:>8.2f}" for kind in ("user", "kernel", "idle", "busy"))
+        print(f"{name:<18}{view['rate']:>8.1f}{figures}")
+    reward_view, pool_view = views["reward"], views["unsandboxed pool"]
+    print(f"the reward's rate is {reward_view['rate'] / pool_view['rate']:.2f}x the pool's; its busy core time "
+          f"{reward_view['busy'] / pool_view['busy']:.2f}x; the profile's parts hold {total:.2f} of its "
+          f"{reward_view['busy']:.2f} busy ms (the rest: kernel work in no process of the reward, and the noise "
+          "between two runs)")  # fmt: skip
 
 
 if __name__ == "__main__":
