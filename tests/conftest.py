@@ -63,6 +63,28 @@ def warm_or_cold(request):
         yield "cold"
 
 
+@pytest.fixture(scope="module")
+def path(warm_or_cold):
+    """`warm_or_cold` under the name the code-verdict modules' tests take: each test on the warm path and on the
+    per-attempt one, all of a module's warm tests, then all its cold ones."""
+    return warm_or_cold
+
+
+@pytest.fixture
+def one_judging_process(monkeypatch):
+    """The judging pool restarted with one process (`GSPO_REWARD_WORKERS=1`), so that one pool process hands out
+    every uid and one judge zygote forks every attempt; restarted again afterwards with the default."""
+    from gspo_recipes.rewards import pool
+
+    monkeypatch.setenv("GSPO_REWARD_WORKERS", "1")
+    pool.close_pool("code-judge")
+    try:
+        yield
+    finally:
+        monkeypatch.delenv("GSPO_REWARD_WORKERS")
+        pool.close_pool("code-judge")
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(items):
     """In a module whose tests ask for `warm_or_cold`, the tests that do not ask for it run first: pytest leaves such a

@@ -8,13 +8,6 @@ from test_code_verdicts import dedent, fresh_python, score
 
 from gspo_recipes.rewards import code_execution
 
-
-@pytest.fixture(scope="module")
-def path(warm_or_cold):
-    """Each test on the warm path and on the per-attempt one: all the module's warm tests, then all its cold ones."""
-    return warm_or_cold
-
-
 # ----------------------------------------------------------------------------------------------------------------
 # Exceptions by identity
 

@@ -14,13 +14,6 @@ import pytest
 
 from gspo_recipes.rewards import code_execution
 
-
-@pytest.fixture(scope="module")
-def path(warm_or_cold):
-    """Each test on the warm path and on the per-attempt one: all the module's warm tests, then all its cold ones."""
-    return warm_or_cold
-
-
 _FRESH_PYTHON: dict[tuple[str, str], float] = {}
 
 

@@ -152,21 +152,16 @@ def test_processes_that_leave_their_parent_are_still_the_attempts(backend):
 
 
 @pytest.mark.parametrize("backend", _backends(slow_beyond_bwrap=True))
-def test_an_attempt_killed_with_its_processes_leaves_the_next_one_its_process_limit(backend, monkeypatch):
+def test_an_attempt_killed_with_its_processes_leaves_the_next_one_its_process_limit(backend, one_judging_process):
     """31 busy processes killed with their attempt are reaped by the system's init when it gets to them (seconds
     later on this machine): the honest completion judged next, by the same pool process, still starts its 16
     children and scores 1.0 (when a uid given back was the next one handed out, its fork failed: 0)."""
-    monkeypatch.setenv("GSPO_REWARD_WORKERS", "1")  # one pool process: the one that hands out the uids
-    pool.close_pool("code-judge")
     hogs = "import os, time\nfor _ in range(31):\n    if os.fork() == 0:\n        while True:\n            pass\n"
     forks = "import os\ndef add(a, b):\n    children = []\n    for _ in range(16):\n        child = os.fork()\n"
     forks += "        if child == 0:\n            os._exit(0)\n        children.append(child)\n"
     forks += "    for child in children:\n        os.waitpid(child, 0)\n    return a + b\n"
-    try:
-        killed = code_execution([hogs + SLOW_ADD], tests=[["assert add(1, 2) == 3"]], backend=backend, timeout_s=5.0)
-        honest = code_execution([forks], tests=[["assert add(1, 2) == 3"]], backend=backend, timeout_s=5.0)
-    finally:
-        pool.close_pool("code-judge")
+    killed = code_execution([hogs + SLOW_ADD], tests=[["assert add(1, 2) == 3"]], backend=backend, timeout_s=5.0)
+    honest = code_execution([forks], tests=[["assert add(1, 2) == 3"]], backend=backend, timeout_s=5.0)
     assert (killed, honest) == ([0.0], [1.0])
 
 

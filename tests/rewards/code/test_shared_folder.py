@@ -16,13 +16,6 @@ from test_code_verdicts import dedent, fresh_python, score
 from gspo_recipes.rewards import code_execution
 from gspo_recipes.rewards.code.sandbox import shared_folder
 
-
-@pytest.fixture(scope="module")
-def path(warm_or_cold):
-    """Each test on the warm path and on the per-attempt one: all the module's warm tests, then all its cold ones."""
-    return warm_or_cold
-
-
 # (program, test script): honest file work that the copies paid 0, and a fresh process pays 1.0.
 ONE_FILE = {
     "modification times cross (sort by mtime, copy2)": (

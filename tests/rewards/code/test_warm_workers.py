@@ -72,18 +72,12 @@ BAD = {
 
 
 @needs_warm
-def test_each_attempt_draws_its_own_random_numbers(monkeypatch):
+def test_each_attempt_draws_its_own_random_numbers(one_judging_process):
     """Attempts are forked without the interpreter's after-fork work (`confine.fork_bare`): `random` is reseeded in
     each, as a fresh interpreter seeds it, so the tests of 24 attempts judged by one zygote do not all draw the same
     number (its state, shared, would give 24 equal verdicts; fresh seeds do so once in 8 million)."""
-    monkeypatch.setenv("GSPO_REWARD_WORKERS", "1")  # one pool process: one judge zygote forks every attempt
-    pool.close_pool("code-judge")
-    try:
-        test = "import random\nassert add(1, 2) == 3 and random.random() < 0.5\n"
-        scores = code_execution([ADD] * 24, tests=[[test]] * 24)
-    finally:
-        monkeypatch.delenv("GSPO_REWARD_WORKERS")
-        pool.close_pool("code-judge")
+    test = "import random\nassert add(1, 2) == 3 and random.random() < 0.5\n"
+    scores = code_execution([ADD] * 24, tests=[[test]] * 24)
     assert set(scores) == {0.0, 1.0}
 
 
